@@ -1,0 +1,734 @@
+"""Reverse-mode automatic differentiation over NumPy arrays.
+
+A :class:`Tensor` wraps an ``ndarray``. Every operation on tensors that need a
+gradient records its inputs and a ``backward`` closure; :meth:`Tensor.backward`
+then walks that graph in reverse topological order (iteratively, so a deep graph
+never meets Python's recursion limit) and accumulates ``d loss / d tensor``
+into ``.grad``.
+
+Each primitive is one function below, and its backward is written right under
+its forward: to add an op you touch one place. A backward closure receives the
+gradient of the op's output and returns one gradient per input (``None`` for
+an input that needs none).
+
+Besides the textbook primitives there are a few *fused* ones -- ``linear``,
+``rms_norm``, ``rope``, ``attention`` and ``cross_entropy`` -- whose backward is
+derived by hand. They exist for speed and are tested equal to the same
+computation spelled out with the small primitives.
+
+dtype: float32 by default; float64 works everywhere (gradient checks use it).
+Python scalars never upcast a float32 tensor.
+
+Shape legend used in comments: B batch, n new queries, m keys, H query heads,
+G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+import numpy as np
+
+__all__ = [
+    "Tensor", "no_grad", "is_grad_enabled", "tensor", "softmax_np",
+    "add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
+    "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
+    "cross_entropy", "reshape", "transpose", "getitem", "embedding",
+    "concatenate", "split", "repeat_interleave", "masked_fill", "where",
+    "linear", "rms_norm", "rope", "attention",
+]
+
+
+# ----------------------------------------------------------------------------
+# Grad mode
+# ----------------------------------------------------------------------------
+
+class _GradMode:
+    enabled = True
+
+
+def is_grad_enabled() -> bool:
+    return _GradMode.enabled
+
+
+@contextmanager
+def no_grad():
+    """Inside this block no graph is recorded (inference, evaluation, decoding)."""
+    previous = _GradMode.enabled
+    _GradMode.enabled = False
+    try:
+        yield
+    finally:
+        _GradMode.enabled = previous
+
+
+# ----------------------------------------------------------------------------
+# The Tensor
+# ----------------------------------------------------------------------------
+
+class Tensor:
+    """An ndarray plus the bookkeeping reverse-mode autodiff needs.
+
+    >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad
+    array([2., 4., 6.], dtype=float32)
+    """
+
+    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_retain", "name")
+    __array_priority__ = 1000  # so ndarray <op> Tensor defers to Tensor
+
+    def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
+        if isinstance(data, Tensor):
+            data = data.data
+        if dtype is None and not isinstance(data, np.ndarray):
+            # Python numbers and lists become float32 (ints stay ints unless a
+            # gradient is asked for); ndarrays keep their dtype.
+            data = np.asarray(data)
+            if data.dtype.kind == "f" or (requires_grad and data.dtype.kind in "iu"):
+                data = data.astype(np.float32)
+        else:
+            data = np.asarray(data, dtype=dtype)
+        if requires_grad and data.dtype.kind != "f":
+            raise TypeError(f"only floating tensors can require grad, got dtype {data.dtype}")
+        self.data = data
+        self.grad = None
+        self.requires_grad = bool(requires_grad)
+        self._parents = ()
+        self._backward = None
+        self._retain = False
+        self.name = name
+
+    # -- basic properties ----------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def T(self) -> "Tensor":
+        return transpose(self)
+
+    def numpy(self) -> np.ndarray:
+        return self.data
+
+    def item(self) -> float:
+        return self.data.item()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"Tensor({np.array2string(self.data, precision=4, threshold=8)}{grad})"
+
+    def detach(self) -> "Tensor":
+        return Tensor(self.data)
+
+    def retain_grad(self) -> "Tensor":
+        """Keep ``.grad`` on this non-leaf tensor after backward (the tracer uses it)."""
+        self._retain = True
+        return self
+
+    # -- backward --------------------------------------------------------------
+    def backward(self, grad=None) -> None:
+        """Accumulate ``d self / d leaf`` into the ``.grad`` of every leaf.
+
+        ``grad`` defaults to 1 for a scalar. The graph is freed as it is walked;
+        non-leaf gradients are dropped unless :meth:`retain_grad` was called.
+        """
+        if not self.requires_grad:
+            raise ValueError("backward() called on a tensor that does not require grad")
+        if grad is None:
+            if self.data.size != 1:
+                raise ValueError(f"backward() without a gradient needs a scalar, got shape {self.shape}")
+            grad = np.ones_like(self.data)
+        grad = np.asarray(grad, dtype=self.dtype)
+        if grad.shape != self.shape:
+            raise ValueError(f"gradient shape {grad.shape} does not match tensor shape {self.shape}")
+
+        # Iterative post-order DFS gives a topological order without recursion.
+        order, seen, stack = [], {id(self)}, [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            stack.append((node, True))
+            for parent in node._parents:
+                if parent.requires_grad and id(parent) not in seen:
+                    seen.add(id(parent))
+                    stack.append((parent, False))
+
+        self.grad = grad if self.grad is None else self.grad + grad
+        for node in reversed(order):
+            if node._backward is None:
+                continue  # a leaf
+            g = node.grad
+            if g is not None:
+                for parent, pg in zip(node._parents, node._backward(g)):
+                    if pg is None or not parent.requires_grad:
+                        continue
+                    parent.grad = pg if parent.grad is None else parent.grad + pg
+            if not node._retain:
+                node.grad = None
+            node._parents, node._backward = (), None
+
+    # -- operators ----------------------------------------------------------------
+    def __add__(self, other): return add(self, other)
+    def __radd__(self, other): return add(other, self)
+    def __sub__(self, other): return sub(self, other)
+    def __rsub__(self, other): return sub(other, self)
+    def __mul__(self, other): return mul(self, other)
+    def __rmul__(self, other): return mul(other, self)
+    def __truediv__(self, other): return div(self, other)
+    def __rtruediv__(self, other): return div(other, self)
+    def __neg__(self): return neg(self)
+    def __pow__(self, exponent): return pow(self, exponent)
+    def __matmul__(self, other): return matmul(self, other)
+    def __rmatmul__(self, other): return matmul(other, self)
+    def __getitem__(self, index): return getitem(self, index)
+
+    def sum(self, axis=None, keepdims=False): return sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return mean(self, axis, keepdims)
+    def exp(self): return exp(self)
+    def log(self): return log(self)
+    def sqrt(self): return sqrt(self)
+    def reshape(self, *shape): return reshape(self, shape[0] if len(shape) == 1 else shape)
+    def transpose(self, *axes): return transpose(self, axes or None)
+    def softmax(self, axis=-1): return softmax(self, axis)
+
+
+def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------
+
+def _as_tensor(x, like: Tensor | None = None) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    dtype = like.dtype if like is not None and like.dtype.kind == "f" else None
+    return Tensor(np.asarray(x, dtype=dtype) if dtype is not None else x)
+
+
+def _pair(a, b) -> tuple[Tensor, Tensor]:
+    if isinstance(a, Tensor):
+        return a, _as_tensor(b, a)
+    b = _as_tensor(b)
+    return _as_tensor(a, b), b
+
+
+def _make(data: np.ndarray, parents: tuple, backward) -> Tensor:
+    """Wrap an op's result; record the graph only when some input needs a gradient."""
+    out = Tensor(data)
+    if _GradMode.enabled and any(p.requires_grad for p in parents):
+        out.requires_grad = True
+        out._parents = parents
+        out._backward = backward
+    return out
+
+
+def _unbroadcast(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra:
+        g = g.sum(axis=tuple(range(extra)))
+    stretched = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+    if stretched:
+        g = g.sum(axis=stretched, keepdims=True)
+    return g
+
+
+def _need(t: Tensor) -> bool:
+    return t.requires_grad
+
+
+# ----------------------------------------------------------------------------
+# Plain NumPy softmax (used by lessons and the tracer)
+# ----------------------------------------------------------------------------
+
+def softmax_np(x, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis`` in plain NumPy, stable for large scores.
+
+    The row maximum is subtracted before exponentiating (softmax is unchanged by
+    a shift, and ``exp`` then never overflows). A row whose entries are all
+    ``-inf`` -- every key forbidden -- has no distribution; it returns all zeros
+    rather than ``0/0 = NaN``.
+
+    >>> softmax_np(np.array([[0.0, 0.0], [-np.inf, -np.inf]]))
+    array([[0.5, 0.5],
+           [0. , 0. ]])
+    """
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.where(np.isneginf(peak), 0.0, peak).astype(x.dtype, copy=False)
+    e = np.exp(x - peak)
+    total = e.sum(axis=axis, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+# ----------------------------------------------------------------------------
+# Elementwise arithmetic (with broadcasting)
+# ----------------------------------------------------------------------------
+
+def add(a, b) -> Tensor:
+    a, b = _pair(a, b)
+
+    def backward(g):
+        return (_unbroadcast(g, a.shape) if _need(a) else None,
+                _unbroadcast(g, b.shape) if _need(b) else None)
+    return _make(a.data + b.data, (a, b), backward)
+
+
+def sub(a, b) -> Tensor:
+    a, b = _pair(a, b)
+
+    def backward(g):
+        return (_unbroadcast(g, a.shape) if _need(a) else None,
+                _unbroadcast(-g, b.shape) if _need(b) else None)
+    return _make(a.data - b.data, (a, b), backward)
+
+
+def mul(a, b) -> Tensor:
+    a, b = _pair(a, b)
+
+    def backward(g):
+        return (_unbroadcast(g * b.data, a.shape) if _need(a) else None,
+                _unbroadcast(g * a.data, b.shape) if _need(b) else None)
+    return _make(a.data * b.data, (a, b), backward)
+
+
+def div(a, b) -> Tensor:
+    a, b = _pair(a, b)
+    out = a.data / b.data
+
+    def backward(g):
+        return (_unbroadcast(g / b.data, a.shape) if _need(a) else None,
+                _unbroadcast(-g * out / b.data, b.shape) if _need(b) else None)
+    return _make(out, (a, b), backward)
+
+
+def neg(a) -> Tensor:
+    a = _as_tensor(a)
+
+    def backward(g):
+        return (-g,)
+    return _make(-a.data, (a,), backward)
+
+
+def pow(a, exponent: float) -> Tensor:
+    """``a ** exponent`` for a constant (non-tensor) exponent."""
+    a = _as_tensor(a)
+    if isinstance(exponent, Tensor) or not np.isscalar(exponent):
+        raise TypeError(f"pow takes a scalar exponent, got {type(exponent).__name__}")
+    exponent = float(exponent)
+
+    def backward(g):
+        return (g * exponent * a.data ** (exponent - 1.0),)
+    return _make(a.data ** exponent, (a,), backward)
+
+
+def exp(a) -> Tensor:
+    a = _as_tensor(a)
+    out = np.exp(a.data)
+
+    def backward(g):
+        return (g * out,)
+    return _make(out, (a,), backward)
+
+
+def log(a) -> Tensor:
+    a = _as_tensor(a)
+
+    def backward(g):
+        return (g / a.data,)
+    return _make(np.log(a.data), (a,), backward)
+
+
+def sqrt(a) -> Tensor:
+    a = _as_tensor(a)
+    out = np.sqrt(a.data)
+
+    def backward(g):
+        return (g * 0.5 / out,)
+    return _make(out, (a,), backward)
+
+
+def rsqrt(a) -> Tensor:
+    a = _as_tensor(a)
+    out = 1.0 / np.sqrt(a.data)
+
+    def backward(g):
+        return (g * -0.5 * out ** 3,)
+    return _make(out, (a,), backward)
+
+
+def sigmoid(a) -> Tensor:
+    a = _as_tensor(a)
+    out = _sigmoid(a.data)
+
+    def backward(g):
+        return (g * out * (1.0 - out),)
+    return _make(out, (a,), backward)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp(-|x|) never overflows; pick the algebraically equal form per sign.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def silu(a) -> Tensor:
+    """``x * sigmoid(x)`` (a.k.a. swish), the gate of SwiGLU."""
+    a = _as_tensor(a)
+    s = _sigmoid(a.data)
+
+    def backward(g):
+        # d/dx [x s(x)] = s + x s (1 - s)
+        return (g * s * (1.0 + a.data * (1.0 - s)),)
+    return _make(a.data * s, (a,), backward)
+
+
+# ----------------------------------------------------------------------------
+# Linear algebra and reductions
+# ----------------------------------------------------------------------------
+
+def matmul(a, b) -> Tensor:
+    """``a @ b`` with NumPy's batching rules (both operands at least 2-D)."""
+    a, b = _pair(a, b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"matmul needs operands with at least 2 dims, got shapes {a.shape} and {b.shape}")
+
+    def backward(g):
+        ga = gb = None
+        if _need(a):
+            ga = _unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape)
+        if _need(b):
+            gb = _unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape)
+        return ga, gb
+    return _make(a.data @ b.data, (a, b), backward)
+
+
+def linear(x, weight) -> Tensor:
+    """``x @ weight.T`` over the last axis, as one 2-D GEMM: (..., in) -> (..., out).
+
+    ``weight`` has PyTorch's layout (out, in), so LLaMA checkpoints map key for key.
+    """
+    x, weight = _pair(x, weight)
+    lead = x.shape[:-1]
+    x2 = x.data.reshape(-1, x.shape[-1])                                # (N, in)
+    out = (x2 @ weight.data.T).reshape(*lead, weight.shape[0])          # (..., out)
+
+    def backward(g):
+        g2 = g.reshape(-1, weight.shape[0])                             # (N, out)
+        gx = (g2 @ weight.data).reshape(x.shape) if _need(x) else None  # (..., in)
+        gw = g2.T @ x2 if _need(weight) else None                       # (out, in)
+        return gx, gw
+    return _make(out, (x, weight), backward)
+
+
+def _norm_axis(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(a % ndim for a in axes)
+
+
+def sum(a, axis=None, keepdims: bool = False) -> Tensor:
+    a = _as_tensor(a)
+    axes = _norm_axis(axis, a.ndim)
+
+    def backward(g):
+        if not keepdims:
+            g = np.expand_dims(g, axes)
+        return (np.broadcast_to(g, a.shape),)
+    return _make(a.data.sum(axis=axes, keepdims=keepdims), (a,), backward)
+
+
+def mean(a, axis=None, keepdims: bool = False) -> Tensor:
+    a = _as_tensor(a)
+    axes = _norm_axis(axis, a.ndim)
+    count = int(np.prod([a.shape[i] for i in axes])) if axes else 1
+
+    def backward(g):
+        if not keepdims:
+            g = np.expand_dims(g, axes)
+        return (np.broadcast_to(g / count, a.shape),)
+    return _make(a.data.mean(axis=axes, keepdims=keepdims), (a,), backward)
+
+
+# ----------------------------------------------------------------------------
+# Softmax family
+# ----------------------------------------------------------------------------
+
+def softmax(a, axis: int = -1) -> Tensor:
+    """Softmax along ``axis``; an all ``-inf`` row gives zeros (see :func:`softmax_np`)."""
+    a = _as_tensor(a)
+    p = softmax_np(a.data, axis)
+
+    def backward(g):
+        # dx = p * (g - <g, p>) along the axis
+        return (p * (g - (g * p).sum(axis=axis, keepdims=True)),)
+    return _make(p, (a,), backward)
+
+
+def log_softmax(a, axis: int = -1) -> Tensor:
+    a = _as_tensor(a)
+    peak = a.data.max(axis=axis, keepdims=True)
+    shifted = a.data - peak
+    out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+    def backward(g):
+        return (g - np.exp(out) * g.sum(axis=axis, keepdims=True),)
+    return _make(out, (a,), backward)
+
+
+def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
+    """Mean negative log-likelihood of ``targets`` under softmax(``logits``).
+
+    logits (..., V), targets (...) of ints. Positions whose target equals
+    ``ignore_index`` count neither in the sum nor in the mean. Softmax and the
+    loss are fused: the gradient is ``(softmax - onehot) / count``.
+    """
+    logits = _as_tensor(logits)
+    targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+    if targets.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy targets must be integers, got dtype {targets.dtype}")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets shape {targets.shape} does not match logits shape {logits.shape[:-1]} (without V)")
+    V = logits.shape[-1]
+    z = logits.data.reshape(-1, V)                                      # (N, V)
+    t = targets.reshape(-1)                                             # (N,)
+    keep = t != ignore_index
+    if np.any((t[keep] < 0) | (t[keep] >= V)):
+        bad = t[keep][(t[keep] < 0) | (t[keep] >= V)][0]
+        raise ValueError(f"target id {bad} is out of range [0, {V})")
+    count = max(int(keep.sum()), 1)
+    rows = np.nonzero(keep)[0]
+    peak = z.max(axis=1, keepdims=True)
+    e = np.exp(z - peak)
+    total = e.sum(axis=1, keepdims=True)
+    lse = np.log(total) + peak                                          # (N, 1)
+    loss = (lse[rows, 0] - z[rows, t[rows]]).sum() / count
+
+    def backward(g):
+        grad = e / total                                                # softmax, (N, V)
+        grad[rows, t[rows]] -= 1.0
+        grad[~keep] = 0.0
+        grad *= g / count
+        return (grad.reshape(logits.shape),)
+    return _make(np.asarray(loss, dtype=logits.dtype), (logits,), backward)
+
+
+# ----------------------------------------------------------------------------
+# Shape ops
+# ----------------------------------------------------------------------------
+
+def reshape(a, shape) -> Tensor:
+    a = _as_tensor(a)
+
+    def backward(g):
+        return (g.reshape(a.shape),)
+    return _make(a.data.reshape(shape), (a,), backward)
+
+
+def transpose(a, axes=None) -> Tensor:
+    a = _as_tensor(a)
+    axes = tuple(reversed(range(a.ndim))) if axes is None else tuple(axes)
+    inverse = tuple(np.argsort(axes))
+
+    def backward(g):
+        return (g.transpose(inverse),)
+    return _make(a.data.transpose(axes), (a,), backward)
+
+
+def getitem(a, index) -> Tensor:
+    """Basic or advanced indexing; repeated indices accumulate in the backward."""
+    a = _as_tensor(a)
+    if isinstance(index, Tensor):
+        index = index.data
+
+    def backward(g):
+        grad = np.zeros_like(a.data)
+        np.add.at(grad, index, g)
+        return (grad,)
+    return _make(a.data[index], (a,), backward)
+
+
+def embedding(weight, ids) -> Tensor:
+    """Rows of ``weight`` (V, C) picked by integer ``ids`` (...): (..., C)."""
+    weight = _as_tensor(weight)
+    ids = np.asarray(ids)
+    flat = ids.reshape(-1)
+
+    def backward(g):
+        grad = np.zeros_like(weight.data)
+        np.add.at(grad, flat, g.reshape(-1, weight.shape[1]))
+        return (grad,)
+    return _make(weight.data[ids], (weight,), backward)
+
+
+def concatenate(tensors, axis: int = 0) -> Tensor:
+    tensors = [_as_tensor(t) for t in tensors]
+    sizes = [t.shape[axis] for t in tensors]
+    bounds = np.cumsum(sizes)[:-1]
+
+    def backward(g):
+        parts = np.split(g, bounds, axis=axis)
+        return tuple(p if _need(t) else None for p, t in zip(parts, tensors))
+    return _make(np.concatenate([t.data for t in tensors], axis=axis), tuple(tensors), backward)
+
+
+def split(a, sections, axis: int = 0) -> list[Tensor]:
+    """Split into pieces of the given sizes (a list) or into ``sections`` equal parts (an int)."""
+    a = _as_tensor(a)
+    if isinstance(sections, int):
+        if a.shape[axis] % sections:
+            raise ValueError(f"cannot split axis of size {a.shape[axis]} into {sections} equal parts")
+        sizes = [a.shape[axis] // sections] * sections
+    else:
+        sizes = list(sections)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    pieces = []
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        index = [slice(None)] * a.ndim
+        index[axis] = slice(int(lo), int(hi))
+        pieces.append(getitem(a, tuple(index)))
+    return pieces
+
+
+def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
+    """Repeat each slice along ``axis`` ``repeats`` times in a row: [a, b] -> [a, a, b, b].
+
+    This is grouped-query expansion: K/V head g serves query heads
+    g*repeats ... g*repeats + repeats - 1.
+    """
+    a = _as_tensor(a)
+    axis = axis % a.ndim
+
+    def backward(g):
+        shape = a.shape[:axis] + (a.shape[axis], repeats) + a.shape[axis + 1:]
+        return (g.reshape(shape).sum(axis=axis + 1),)
+    return _make(np.repeat(a.data, repeats, axis=axis), (a,), backward)
+
+
+def masked_fill(a, mask, value: float) -> Tensor:
+    """Entries where the boolean ``mask`` (broadcast to ``a``) is True become ``value``."""
+    a = _as_tensor(a)
+    mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"masked_fill needs a bool mask, got dtype {mask.dtype}")
+
+    def backward(g):
+        return (_unbroadcast(np.where(mask, 0.0, g).astype(g.dtype, copy=False), a.shape),)
+    out = np.where(mask, np.asarray(value, dtype=a.dtype), a.data)
+    return _make(out, (a,), backward)
+
+
+def where(condition, a, b) -> Tensor:
+    a, b = _pair(a, b)
+    cond = np.asarray(condition.data if isinstance(condition, Tensor) else condition, dtype=bool)
+    out = np.where(cond, a.data, b.data)
+    zero = np.zeros((), dtype=out.dtype)
+
+    def backward(g):
+        return (_unbroadcast(np.where(cond, g, zero), a.shape) if _need(a) else None,
+                _unbroadcast(np.where(cond, zero, g), b.shape) if _need(b) else None)
+    return _make(out, (a, b), backward)
+
+
+# ----------------------------------------------------------------------------
+# Fused model ops (hand-derived backward; tested equal to their spelled-out forms)
+# ----------------------------------------------------------------------------
+
+def rms_norm(x, weight, eps: float) -> Tensor:
+    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis.
+
+    Backward, with r = 1/sqrt(mean(x^2)+eps), xhat = x r and u = g * weight:
+    dx = r (u - xhat * mean(u * xhat)),  dweight = sum over rows of g * xhat.
+    """
+    x, weight = _pair(x, weight)
+    r = 1.0 / np.sqrt(np.mean(x.data * x.data, axis=-1, keepdims=True) + eps)  # (..., 1)
+    xhat = x.data * r
+    out = xhat * weight.data
+
+    def backward(g):
+        gx = gw = None
+        if _need(x):
+            u = g * weight.data
+            gx = r * (u - xhat * np.mean(u * xhat, axis=-1, keepdims=True))
+        if _need(weight):
+            gw = (g * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
+        return gx, gw
+    return _make(out, (x, weight), backward)
+
+
+def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of the last axis by angles with the given cos/sin.
+
+    x (..., n, D); cos, sin broadcastable to (..., n, D/2). A rotation is
+    orthogonal, so the backward is the rotation by the opposite angle.
+    """
+    x = _as_tensor(x)
+    pairs = x.data.reshape(*x.shape[:-1], -1, 2)                       # (..., n, D/2, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    out = np.empty_like(pairs)
+    out[..., 0] = x0 * cos - x1 * sin
+    out[..., 1] = x0 * sin + x1 * cos
+
+    def backward(g):
+        gp = g.reshape(pairs.shape)
+        g0, g1 = gp[..., 0], gp[..., 1]
+        gx = np.empty_like(gp)
+        gx[..., 0] = g0 * cos + g1 * sin
+        gx[..., 1] = g1 * cos - g0 * sin
+        return (gx.reshape(x.shape),)
+    return _make(out.reshape(x.shape), (x,), backward)
+
+
+def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
+    """Fused grouped-query attention: softmax(q k^T * scale, masked) v.
+
+    q (B, H, n, D); k, v (B, G, m, D) with H a multiple of G: query head h reads
+    K/V head h // (H/G). mask: bool, True = forbidden, broadcastable to
+    (B, 1, n, m). The heads sharing a K/V head are folded into one matmul,
+    so K and V are never copied per query head. Returns (B, H, n, D).
+    """
+    q, k, v = _as_tensor(q), _as_tensor(k, q), _as_tensor(v, q)
+    B, H, n, D = q.shape
+    G, m = k.shape[1], k.shape[2]
+    r = H // G
+    qg = q.data.reshape(B, G, r * n, D)                                 # (B, G, r*n, D)
+    s = (qg @ k.data.swapaxes(-1, -2)) * scale                          # (B, G, r*n, m)
+    s = s.reshape(B, G, r, n, m)                                        # (B, G, r, n, m)
+    if mask is not None:
+        mask = np.broadcast_to(np.asarray(mask), (B, 1, n, m))[:, :, None]  # (B, 1, 1, n, m)
+        s = np.where(mask, -np.inf, s)
+    p = softmax_np(s, axis=-1).reshape(B, G, r * n, m)                  # (B, G, r*n, m)
+    out = (p @ v.data).reshape(B, H, n, D)                              # (B, H, n, D)
+
+    def backward(g):
+        gg = g.reshape(B, G, r * n, D)                                  # (B, G, r*n, D)
+        gv = p.swapaxes(-1, -2) @ gg if _need(v) else None              # (B, G, m, D)
+        dp = gg @ v.data.swapaxes(-1, -2)                               # (B, G, r*n, m)
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale    # (B, G, r*n, m)
+        gq = (ds @ k.data).reshape(B, H, n, D) if _need(q) else None    # (B, H, n, D)
+        gk = ds.swapaxes(-1, -2) @ qg if _need(k) else None             # (B, G, m, D)
+        return gq, gk, gv
+    return _make(out, (q, k, v), backward)

@@ -1,0 +1,233 @@
+"""The glassllm model file, and atomic file writes.
+
+A model file is one safetensors file that holds everything inference needs:
+
+- tensors: the model's parameters under their LLaMA names (:mod:`glassllm.nn`);
+- metadata (str -> str): ``format`` = ``"glassllm-model"``, ``version`` = ``"1"``,
+  ``config`` (the :class:`~glassllm.config.ModelConfig` as JSON), ``tokenizer``
+  (the tokenizer's own JSON document, see :mod:`glassllm.tokenizer`) and any
+  extra string fields the writer adds (a training run adds its step, say).
+
+Loading never unpickles anything. The header is read first and every tensor's
+name, dtype and shape is checked against the config *before* any tensor data
+is read, so a crafted file with absurd shapes is refused without a large
+allocation. Every problem is reported as one ``ValueError`` line that names
+the file and what was expected.
+
+Writes go to a temporary file in the same folder, are flushed to disk and then
+renamed over the target (``os.replace`` is atomic on POSIX): a reader -- or a
+process killed mid-save -- sees either the old file or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelConfig
+
+__all__ = [
+    "FORMAT", "VERSION", "atomic_write", "atomic_path", "save_model", "load_model",
+    "read_header", "bundled_model_path", "load_bundled",
+]
+
+FORMAT = "glassllm-model"
+VERSION = "1"
+_DTYPES = {"F32": np.float32, "F64": np.float64}
+MAX_HEADER_BYTES = 16 << 20  # a model header is a few KB; refuse anything absurd
+
+
+@contextmanager
+def atomic_path(path):
+    """Yield a temporary path next to ``path``; on success rename it over ``path``.
+
+    >>> with atomic_path("out.bin") as tmp:   # doctest: +SKIP
+    ...     np.save(tmp, array)
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} is not writable")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write(path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as e:
+        raise ValueError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------
+# Model files
+# ----------------------------------------------------------------------------
+
+def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
+    """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
+    from safetensors.numpy import save
+
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer has {tokenizer.vocab_size} ids but the model expects {model.config.vocab_size}"
+        )
+    meta = {"format": FORMAT, "version": VERSION, "config": model.config.to_json(),
+            "tokenizer": tokenizer.to_json()}
+    for key, value in (metadata or {}).items():
+        if key in meta:
+            raise ValueError(f"metadata key {key!r} is reserved")
+        meta[key] = str(value)
+    tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
+    atomic_write(path, save(tensors, metadata=meta))
+
+
+def read_header(path) -> tuple[dict, dict[str, str]]:
+    """Read and validate a safetensors header without reading any tensor data.
+
+    Returns ({name: {"dtype", "shape", "data_offsets"}}, metadata).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"model file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ValueError(f"model file {str(path)!r} is not a regular file")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{str(path)!r} is not a glassllm model file: only {size} bytes long")
+        n = int.from_bytes(head, "little")
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ValueError(f"{str(path)!r} is not a glassllm model file: bad safetensors header length {n}")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{str(path)!r} is not a glassllm model file (metadata format is "
+                         f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise ValueError(f"{str(path)!r} has model file version {meta.get('version')!r}; this glassllm reads {VERSION!r}")
+    data_len = size - 8 - n
+    for name, info in header.items():
+        ok = (isinstance(info, dict) and isinstance(info.get("shape"), list)
+              and all(isinstance(s, int) and s >= 0 for s in info["shape"])
+              and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2)
+        if not ok:
+            raise ValueError(f"{str(path)!r}: tensor {name!r} has a malformed header entry")
+        lo, hi = info["data_offsets"]
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
+            raise ValueError(f"{str(path)!r}: tensor {name!r} points outside the file (truncated?)")
+    return header, meta
+
+
+def load_model(path, dtype=None):
+    """Load a model file: returns ``(model, tokenizer, metadata)``.
+
+    Every tensor's name, dtype and shape is checked against the stored config
+    before any data is read. ``dtype`` casts the parameters (default: as stored).
+    """
+    from safetensors import safe_open
+
+    from .nn import Transformer
+    from .tokenizer import Tokenizer
+
+    header, meta = read_header(path)
+    name = str(path)
+    try:
+        config = ModelConfig.from_json(meta.get("config", ""))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name!r}: bad model config: {e}") from None
+    try:
+        tokenizer = Tokenizer.from_json(meta.get("tokenizer", ""))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name!r}: bad tokenizer: {e}") from None
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"{name!r}: tokenizer has {tokenizer.vocab_size} ids but the config says "
+                         f"vocab_size={config.vocab_size}")
+
+    skeleton = Transformer(config, seed=0)  # cheap at these sizes; gives names and shapes
+    expected = {k: v.shape for k, v in skeleton.named_parameters()}
+    stored_dtypes = set()
+    for key, info in header.items():
+        if key not in expected:
+            raise ValueError(f"{name!r}: unexpected tensor {key!r}")
+        if tuple(info["shape"]) != expected[key]:
+            raise ValueError(f"{name!r}: tensor {key!r} has shape {tuple(info['shape'])}, expected {expected[key]}")
+        if info.get("dtype") not in _DTYPES:
+            raise ValueError(f"{name!r}: tensor {key!r} has dtype {info.get('dtype')!r}, expected F32 or F64")
+        stored_dtypes.add(info["dtype"])
+    missing = sorted(set(expected) - set(header))
+    if missing:
+        raise ValueError(f"{name!r}: missing tensor {missing[0]!r}")
+
+    target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
+    state = {}
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            for key in expected:
+                state[key] = f.get_tensor(key)
+    except Exception as e:  # safetensors raises its own error types
+        raise ValueError(f"{name!r}: cannot read tensors: {e}") from None
+    model = Transformer(config, seed=0, dtype=target)
+    try:
+        model.load_state_dict(state)
+    except ValueError as e:
+        raise ValueError(f"{name!r}: {e}") from None
+    return model, tokenizer, meta
+
+
+def bundled_model_path() -> Path:
+    """The model trained on TinyStories that ships inside the package."""
+    return Path(__file__).parent / "assets" / "tinystories.safetensors"
+
+
+def load_bundled(dtype=None):
+    """Load the bundled TinyStories model: ``(model, tokenizer, metadata)``."""
+    path = bundled_model_path()
+    if not path.exists():
+        raise ValueError(f"the bundled model {str(path)!r} is missing from this installation")
+    return load_model(path, dtype)

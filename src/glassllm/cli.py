@@ -1,0 +1,70 @@
+"""The ``glassllm`` command.
+
+Each subcommand lives with the code it drives: a module listed in
+``COMMANDS`` provides ``add_cli(name, parser)``, which adds its options and
+sets ``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code.
+
+Bad input never shows a traceback: a ``ValueError``/``TypeError`` (or a
+missing file) becomes one line on stderr and exit code 2, as argparse does
+for bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module that implements it, one-line help)
+COMMANDS = {
+    "generate": ("glassllm.generate", "write text with a model, token by token"),
+    "inspect": ("glassllm.inspector.cli", "open the browser inspector on a prompt"),
+    "train": ("glassllm.train", "train a model (and its tokenizer) on text files"),
+    "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
+    "tokenize": ("glassllm.tokenizer", "train a tokenizer, or show how one splits text"),
+    "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
+    "import-hf": ("glassllm.hf", "import a Hugging Face Llama checkpoint as a model file"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="glassllm",
+        description="A glass-box LLaMA-style language model: see and change every number it computes.",
+    )
+    parser.add_argument("--version", action="version", version=f"glassllm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name and (e.name == module_name or module_name.startswith(e.name + ".")):
+                continue  # that part of glassllm is not built yet
+            raise
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_cli(name, sp)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        print(f"glassllm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"glassllm {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

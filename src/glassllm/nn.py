@@ -1,0 +1,575 @@
+"""The glassllm decoder: a small LLaMA-style transformer built on :mod:`glassllm.autograd`.
+
+Architecture (pre-norm, no biases anywhere)::
+
+    tokens -> tok_embeddings -> [Block] x n_layers -> norm -> output -> logits
+    Block:  h = x + Attention(RMSNorm(x));  out = h + SwiGLU(RMSNorm(h))
+
+Parameter names mirror Meta's LLaMA checkpoints, so loading and exporting is a
+key-for-key map (shapes for the default config in brackets; weights are
+stored (out, in) and applied as ``x @ W.T``):
+
+=====================================  =========================
+``tok_embeddings.weight``              (V, C)      = (1024, 128)
+``layers.{i}.attention_norm.weight``   (C,)        = (128,)
+``layers.{i}.attention.wq.weight``     (H*D, C)    = (128, 128)
+``layers.{i}.attention.wk.weight``     (G*D, C)    = (64, 128)
+``layers.{i}.attention.wv.weight``     (G*D, C)    = (64, 128)
+``layers.{i}.attention.wo.weight``     (C, H*D)    = (128, 128)
+``layers.{i}.ffn_norm.weight``         (C,)        = (128,)
+``layers.{i}.feed_forward.w1.weight``  (F, C)      = (352, 128)   gate
+``layers.{i}.feed_forward.w2.weight``  (C, F)      = (128, 352)   down
+``layers.{i}.feed_forward.w3.weight``  (F, C)      = (352, 128)   up
+``norm.weight``                        (C,)        = (128,)
+``output.weight``                      (V, C)      = (1024, 128)
+=====================================  =========================
+
+RoPE layout: *interleaved pairs*, as in the RoPE paper and Meta's reference
+code: features (2i, 2i+1) of each head form one pair rotated by angle
+``pos * theta**(-2i/D)``. Hugging Face's Llama uses *split halves* (feature i
+pairs with i + D/2); exporting permutes the rows of wq and wk within each
+head (see :mod:`glassllm.hf`).
+
+Snapshots. Every module names the intermediate tensors it computes; a tracer
+(:mod:`glassllm.trace`) attached with :meth:`Module.set_tracer` receives each
+one through :meth:`Module.snap` and may record or replace it. With no tracer
+attached ``snap`` returns its argument untouched. The names, in forward
+order, come from :meth:`Transformer.snapshot_axes`; axes use the shape legend
+below, with the batch axis removed.
+
+Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
+G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import autograd as ag
+from .autograd import Tensor
+from .config import ModelConfig
+
+__all__ = [
+    "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
+    "Block", "Transformer", "KVCache", "causal_mask",
+]
+
+
+def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
+    """Forbidden positions for ``n`` new queries against ``m`` keys: (n, m) bool.
+
+    Query i sits at absolute position ``start + i`` and may read keys
+    0 .. start + i; entry (i, j) is True -- forbidden -- where ``j > start + i``.
+
+    >>> causal_mask(2, 3, start=1).astype(int)
+    array([[0, 0, 1],
+           [0, 0, 0]])
+    """
+    for name, value in (("n", n), ("m", m), ("start", start)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"causal_mask: {name} must be an int >= 0, got {value!r}")
+    return np.arange(m)[None, :] > (start + np.arange(n))[:, None]
+
+
+# ----------------------------------------------------------------------------
+# Module plumbing: parameters, state dicts, snapshots
+# ----------------------------------------------------------------------------
+
+class Module:
+    """Holds parameters (``Tensor`` attributes with ``requires_grad``) and child modules.
+
+    Subclasses list their snapshot names and axes in ``SNAPSHOTS``. ``trace_name``
+    is the module's segment in snapshot names (``attn`` for ``attention``);
+    :meth:`Transformer.__init__` assigns every module its full prefix.
+    """
+
+    SNAPSHOTS: dict[str, tuple[str, ...]] = {}
+
+    def __init__(self):
+        self._tracer = None
+        self._prefix = ""
+
+    # -- walking --------------------------------------------------------------
+    def children(self):
+        """(attribute name, module) pairs in definition order; lists are expanded as name.i."""
+        for key, value in vars(self).items():
+            if isinstance(value, Module):
+                yield key, value
+            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
+                for i, v in enumerate(value):
+                    yield f"{key}.{i}", v
+
+    def modules(self):
+        stack = [self]
+        while stack:
+            module = stack.pop()
+            yield module
+            stack.extend(reversed([child for _, child in module.children()]))
+
+    def named_parameters(self, prefix: str = ""):
+        for key, value in vars(self).items():
+            if isinstance(value, Tensor) and value.requires_grad:
+                yield prefix + key, value
+        for key, child in self.children():
+            yield from child.named_parameters(f"{prefix}{key}.")
+
+    def parameters(self) -> list[Tensor]:
+        return [p for _, p in self.named_parameters()]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {name: p.data for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Copy arrays into the parameters, key for key, checking every shape.
+
+        Raises ValueError naming the first missing, unexpected or misshapen key.
+        """
+        params = dict(self.named_parameters())
+        missing = [k for k in params if k not in state]
+        unexpected = [k for k in state if k not in params]
+        if missing:
+            raise ValueError(f"state dict is missing parameter {missing[0]!r} (and {len(missing) - 1} more)")
+        if unexpected:
+            raise ValueError(f"state dict has unexpected key {unexpected[0]!r}")
+        for name, p in params.items():
+            value = np.asarray(state[name])
+            if value.shape != p.shape:
+                raise ValueError(f"parameter {name!r} has shape {value.shape}, expected {p.shape}")
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"parameter {name!r} contains NaN or infinite values")
+            p.data = value.astype(p.dtype, copy=True)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad = None
+
+    def astype(self, dtype) -> "Module":
+        """Cast every parameter (and cached tables) to ``dtype`` in place; returns self."""
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+        for m in self.modules():
+            m._cast_buffers(dtype)
+        return self
+
+    def _cast_buffers(self, dtype) -> None:
+        pass
+
+    # -- snapshots --------------------------------------------------------------
+    def set_tracer(self, tracer) -> None:
+        """Attach (or with None detach) a tracer to this module and all below it."""
+        for m in self.modules():
+            m._tracer = tracer
+
+    def snap(self, local: str, t: Tensor) -> Tensor:
+        """Hand snapshot ``local`` to the tracer, which may record or replace it."""
+        tracer = self._tracer
+        if tracer is None:
+            return t
+        return tracer.record(self._prefix + local, t)
+
+    def tracing(self, *locals_: str) -> bool:
+        """Does the attached tracer want any of these snapshots (values, grads or edits)?"""
+        tracer = self._tracer
+        return tracer is not None and tracer.wants([self._prefix + s for s in locals_])
+
+    def snapshot_axes(self) -> dict[str, tuple[str, ...]]:
+        """Full snapshot name -> axis names, in the order the forward pass produces them."""
+        return {self._prefix + k: v for k, v in self.SNAPSHOTS.items()}
+
+
+# ----------------------------------------------------------------------------
+# Layers
+# ----------------------------------------------------------------------------
+
+def _normal(rng: np.random.Generator, shape, std: float, dtype) -> Tensor:
+    return Tensor(rng.normal(0.0, std, size=shape).astype(dtype), requires_grad=True)
+
+
+class Linear(Module):
+    """``y = x @ weight.T`` with ``weight`` (out, in); no bias."""
+
+    def __init__(self, d_in: int, d_out: int, rng: np.random.Generator, std: float = 0.02, dtype=np.float32):
+        super().__init__()
+        self.weight = _normal(rng, (d_out, d_in), std, dtype)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return ag.linear(x, self.weight)
+
+
+class Embedding(Module):
+    """Token id -> row of ``weight`` (V, C)."""
+
+    def __init__(self, vocab: int, dim: int, rng: np.random.Generator, std: float = 0.02, dtype=np.float32):
+        super().__init__()
+        self.weight = _normal(rng, (vocab, dim), std, dtype)
+
+    def __call__(self, ids: np.ndarray) -> Tensor:
+        return ag.embedding(self.weight, ids)
+
+
+class RMSNorm(Module):
+    """``x / rms(x) * weight`` with ``rms(x) = sqrt(mean(x**2) + eps)`` over the features.
+
+    Snapshots: ``in`` (n, C), ``rms`` (n,), ``out`` (n, C).
+    """
+
+    SNAPSHOTS = {"in": ("n", "C"), "rms": ("n",), "out": ("n", "C")}
+
+    def __init__(self, dim: int, eps: float, dtype=np.float32):
+        super().__init__()
+        self.eps = float(eps)
+        self.weight = Tensor(np.ones(dim, dtype=dtype), requires_grad=True)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = self.snap("in", x)
+        if not self.tracing("rms"):
+            return self.snap("out", ag.rms_norm(x, self.weight, self.eps))
+        # The same computation spelled out, so that rms can be seen and edited.
+        rms = ag.sqrt(ag.mean(x * x, axis=-1) + self.eps)                # (B, n)
+        rms = self.snap("rms", rms)
+        out = x / ag.reshape(rms, rms.shape + (1,)) * self.weight        # (B, n, C)
+        return self.snap("out", out)
+
+
+class Rotary:
+    """Cos/sin tables of rotary position embedding for positions 0 .. max_len-1.
+
+    Pair i of a head (features 2i, 2i+1) at position p turns by angle
+    ``p * theta ** (-2i / D)``: fast-spinning pairs encode fine position,
+    slow ones coarse position. A query at p and a key at p' then meet at angle
+    proportional to p - p', so scores depend on relative position only.
+    """
+
+    def __init__(self, head_dim: int, max_len: int, theta: float, dtype=np.float32):
+        inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (D/2,)
+        angles = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]    # (max_len, D/2)
+        self._cos64, self._sin64 = np.cos(angles), np.sin(angles)
+        self.cast(dtype)
+
+    def cast(self, dtype) -> None:
+        self.cos = self._cos64.astype(dtype)
+        self.sin = self._sin64.astype(dtype)
+
+    def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin for integer ``positions`` of any shape: (..., D/2)."""
+        return self.cos[positions], self.sin[positions]
+
+
+class Attention(Module):
+    """Causal grouped-query self-attention with rotary positions and an optional KV cache.
+
+    Snapshots (batch axis removed): ``q`` (H, n, D); ``k``, ``v`` (G, n, D);
+    ``rope_q`` (H, n, D); ``rope_k`` (G, n, D); ``cache_k``, ``cache_v``
+    (G, m, D), the keys and values the queries read (cached + new);
+    ``scores`` (H, n, m); ``mask`` (n, m), True = forbidden; ``softmax``
+    (H, n, m); ``mix`` (H, n, D); ``out`` (n, C).
+    """
+
+    SNAPSHOTS = {
+        "q": ("H", "n", "D"), "k": ("G", "n", "D"), "v": ("G", "n", "D"),
+        "rope_q": ("H", "n", "D"), "rope_k": ("G", "n", "D"),
+        "cache_k": ("G", "m", "D"), "cache_v": ("G", "m", "D"),
+        "scores": ("H", "n", "m"), "mask": ("n", "m"), "softmax": ("H", "n", "m"),
+        "mix": ("H", "n", "D"), "out": ("n", "C"),
+    }
+
+    def __init__(self, config: ModelConfig, rng: np.random.Generator, layer: int, dtype=np.float32):
+        super().__init__()
+        c = config
+        self.layer = layer
+        self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
+        out_std = 0.02 / math.sqrt(2 * c.n_layers)  # residual projections start small (GPT-2)
+        self.wq = Linear(c.dim, c.n_heads * c.head_dim, rng, dtype=dtype)
+        self.wk = Linear(c.dim, c.n_kv_heads * c.head_dim, rng, dtype=dtype)
+        self.wv = Linear(c.dim, c.n_kv_heads * c.head_dim, rng, dtype=dtype)
+        self.wo = Linear(c.n_heads * c.head_dim, c.dim, rng, std=out_std, dtype=dtype)
+
+    def __call__(self, x: Tensor, rope: tuple[np.ndarray, np.ndarray], mask: np.ndarray,
+                 cache: "KVCache | None" = None, start: int = 0) -> Tensor:
+        """x (B, n, C) already normalised; rope = (cos, sin) for the n new positions;
+        mask (B, n, m) bool, True = forbidden. Returns (B, n, C)."""
+        B, n, _ = x.shape
+        H, G, D = self.n_heads, self.n_kv_heads, self.head_dim
+        m = start + n
+
+        # 1. Project X to queries, keys and values (no biases).
+        q = self.wq(x).reshape(B, n, H, D).transpose(0, 2, 1, 3)        # (B, H, n, D)
+        k = self.wk(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)        # (B, G, n, D)
+        v = self.wv(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)        # (B, G, n, D)
+        q, k, v = self.snap("q", q), self.snap("k", k), self.snap("v", v)
+
+        # 2. Rotate queries and keys by their absolute positions.
+        cos, sin = rope
+        q = self.snap("rope_q", ag.rope(q, cos, sin))                    # (B, H, n, D)
+        k = self.snap("rope_k", ag.rope(k, cos, sin))                    # (B, G, n, D)
+
+        # 3. Append the rotated keys and the values to the cache; read all m back.
+        if cache is not None:
+            keys, values = cache.append(self.layer, start, k, v)         # (B, G, m, D)
+        else:
+            keys, values = k, v
+        keys, values = self.snap("cache_k", keys), self.snap("cache_v", values)
+
+        scale = 1.0 / math.sqrt(D)
+        if not self.tracing("scores", "mask", "softmax"):
+            # Fast path: steps 4-8 fused into one op (GQA folded, never copied).
+            mix = ag.attention(q, keys, values, mask[:, None], scale)   # (B, H, n, D)
+        else:
+            # Teaching path: every step a separate, visible tensor.
+            # 4. Grouped-query expansion: K/V head g serves query heads g*r .. g*r+r-1.
+            r = H // G
+            keys_h = ag.repeat_interleave(keys, r, axis=1)               # (B, H, m, D)
+            values_h = ag.repeat_interleave(values, r, axis=1)           # (B, H, m, D)
+            # 5. Scaled dot products.
+            scores = ag.matmul(q, keys_h.transpose(0, 1, 3, 2)) * scale  # (B, H, n, m)
+            scores = self.snap("scores", scores)
+            # 6. Causal mask: forbidden scores become -inf.
+            mask_t = self.snap("mask", Tensor(mask))                    # (B, n, m)
+            masked = ag.masked_fill(scores, mask_t.data[:, None], -np.inf)  # (B, H, n, m)
+            # 7. Softmax over the keys.
+            weights = self.snap("softmax", ag.softmax(masked, axis=-1))  # (B, H, n, m)
+            # 8. Mix the values.
+            mix = ag.matmul(weights, values_h)                           # (B, H, n, D)
+        mix = self.snap("mix", mix)
+
+        # 9. Concatenate the heads and project back to the model width.
+        heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)           # (B, n, H*D)
+        assert keys.shape[2] == m
+        return self.snap("out", self.wo(heads))                          # (B, n, C)
+
+
+class FeedForward(Module):
+    """SwiGLU MLP: ``w2(silu(w1 x) * w3 x)``.
+
+    Snapshots: ``gate`` = w1 x, ``up`` = w3 x, ``act`` = silu(gate),
+    ``prod`` = act * up, all (n, F); ``out`` (n, C).
+    """
+
+    SNAPSHOTS = {"gate": ("n", "F"), "up": ("n", "F"), "act": ("n", "F"), "prod": ("n", "F"), "out": ("n", "C")}
+
+    def __init__(self, config: ModelConfig, rng: np.random.Generator, dtype=np.float32):
+        super().__init__()
+        c = config
+        self.w1 = Linear(c.dim, c.ffn_dim, rng, dtype=dtype)
+        self.w2 = Linear(c.ffn_dim, c.dim, rng, std=0.02 / math.sqrt(2 * c.n_layers), dtype=dtype)
+        self.w3 = Linear(c.dim, c.ffn_dim, rng, dtype=dtype)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        gate = self.snap("gate", self.w1(x))                             # (B, n, F)
+        up = self.snap("up", self.w3(x))                                 # (B, n, F)
+        act = self.snap("act", ag.silu(gate))                            # (B, n, F)
+        prod = self.snap("prod", act * up)                               # (B, n, F)
+        return self.snap("out", self.w2(prod))                           # (B, n, C)
+
+
+class Block(Module):
+    """Pre-norm residual block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))``.
+
+    Snapshots of the residual stream: ``resid_pre`` (the block's input),
+    ``resid_mid`` (after attention), ``resid_post`` (after the MLP); all (n, C).
+    """
+
+    SNAPSHOTS = {"resid_pre": ("n", "C"), "resid_mid": ("n", "C"), "resid_post": ("n", "C")}
+
+    def __init__(self, config: ModelConfig, rng: np.random.Generator, layer: int, dtype=np.float32):
+        super().__init__()
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps, dtype)
+        self.attention = Attention(config, rng, layer, dtype)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps, dtype)
+        self.feed_forward = FeedForward(config, rng, dtype)
+
+    def __call__(self, x, rope, mask, cache=None, start=0) -> Tensor:
+        x = self.snap("resid_pre", x)
+        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, mask, cache, start))
+        return self.snap("resid_post", h + self.feed_forward(self.ffn_norm(h)))
+
+    def snapshot_axes(self):
+        own = super().snapshot_axes()
+        p = self._prefix
+        order = [p + "resid_pre", self.attention_norm, self.attention, p + "resid_mid",
+                 self.ffn_norm, self.feed_forward, p + "resid_post"]
+        out = {}
+        for item in order:
+            out.update(item.snapshot_axes() if isinstance(item, Module) else {item: own[item]})
+        return out
+
+
+# ----------------------------------------------------------------------------
+# KV cache
+# ----------------------------------------------------------------------------
+
+class KVCache:
+    """Rotated keys and values of every layer for the positions seen so far.
+
+    Arrays ``k``, ``v``: (L, B, G, capacity, D). ``start`` counts the filled
+    positions; a forward pass of n new tokens writes positions start .. start+n-1
+    and then advances ``start``. ``pad`` (B,) optionally gives the number of
+    left-padding positions of each row (batched prompts of different lengths):
+    keys at positions < pad[b] are masked, and row b's positions count from pad[b].
+    """
+
+    def __init__(self, config: ModelConfig, batch: int, dtype=np.float32, capacity: int | None = None,
+                 pad: np.ndarray | None = None):
+        capacity = config.max_seq_len if capacity is None else int(capacity)
+        if not 1 <= capacity <= config.max_seq_len:
+            raise ValueError(f"cache capacity must be in [1, {config.max_seq_len}], got {capacity}")
+        shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
+        self.k = np.zeros(shape, dtype=dtype)
+        self.v = np.zeros(shape, dtype=dtype)
+        self.start = 0
+        self.capacity = capacity
+        self.batch = batch
+        self.pad = None if pad is None else _check_pad(pad, batch)
+
+    def append(self, layer: int, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store new rotated keys/values (B, G, n, D) at ``start``; return all m = start + n."""
+        n = k.shape[2]
+        m = start + n
+        self.k[layer, :, :, start:m] = k.data
+        self.v[layer, :, :, start:m] = v.data
+        if not (k.requires_grad or v.requires_grad) or start == 0:
+            if start == 0:
+                return k, v  # nothing cached before: keep the graph of the new keys
+            return Tensor(self.k[layer, :, :, :m]), Tensor(self.v[layer, :, :, :m])
+        # Under autograd, cached positions are constants and the new ones keep their graph.
+        past_k, past_v = Tensor(self.k[layer, :, :, :start]), Tensor(self.v[layer, :, :, :start])
+        return ag.concatenate([past_k, k], axis=2), ag.concatenate([past_v, v], axis=2)
+
+
+def _check_pad(pad, batch: int) -> np.ndarray:
+    pad = np.asarray(pad)
+    if pad.shape != (batch,) or pad.dtype.kind not in "iu" or np.any(pad < 0):
+        raise ValueError(f"pad must be {batch} non-negative ints (one per row), got {pad!r}")
+    return pad.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------
+
+class Transformer(Module):
+    """The decoder. ``model(tokens)`` maps token ids (B, n) to logits (B, n, V).
+
+    Snapshots outside the blocks: ``embed`` (n, C); the final norm's
+    ``norm.in``/``norm.rms``/``norm.out``; ``logits`` (n, V); ``probs`` (n, V),
+    the softmax of the logits (computed only when traced).
+
+    >>> model = Transformer(ModelConfig(), seed=0)
+    >>> model(np.array([[1, 2, 3]])).shape
+    (1, 3, 1024)
+    """
+
+    SNAPSHOTS = {"embed": ("n", "C"), "logits": ("n", "V"), "probs": ("n", "V")}
+
+    def __init__(self, config: ModelConfig | None = None, seed: int | np.random.Generator = 0, dtype=np.float32):
+        super().__init__()
+        config = ModelConfig() if config is None else config
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        self.config = config
+        self.tok_embeddings = Embedding(config.vocab_size, config.dim, rng, dtype=dtype)
+        self.layers = [Block(config, rng, i, dtype) for i in range(config.n_layers)]
+        self.norm = RMSNorm(config.dim, config.norm_eps, dtype)
+        self.output = Linear(config.dim, config.vocab_size, rng, dtype=dtype)
+        self.rotary = Rotary(config.head_dim, config.max_seq_len, config.rope_theta, dtype)
+        self._assign_prefixes()
+
+    def _assign_prefixes(self) -> None:
+        self._prefix = ""
+        for i, block in enumerate(self.layers):
+            block._prefix = f"layers.{i}."
+            block.attention_norm._prefix = f"layers.{i}.attn_norm."
+            block.attention._prefix = f"layers.{i}.attn."
+            block.ffn_norm._prefix = f"layers.{i}.mlp_norm."
+            block.feed_forward._prefix = f"layers.{i}.mlp."
+        self.norm._prefix = "norm."
+
+    def _cast_buffers(self, dtype) -> None:
+        self.rotary.cast(dtype)
+
+    @property
+    def dtype(self):
+        return self.tok_embeddings.weight.dtype
+
+    def snapshot_axes(self) -> dict[str, tuple[str, ...]]:
+        own = super().snapshot_axes()
+        out = {"embed": own["embed"]}
+        for block in self.layers:
+            out.update(block.snapshot_axes())
+        out.update(self.norm.snapshot_axes())
+        out["logits"], out["probs"] = own["logits"], own["probs"]
+        return out
+
+    def new_cache(self, batch: int = 1, capacity: int | None = None, pad=None) -> KVCache:
+        return KVCache(self.config, batch, self.dtype, capacity, pad)
+
+    def check_tokens(self, tokens) -> np.ndarray:
+        """Validate token ids: ints in [0, V), shape (B, n) or (n,). Returns (B, n) int64."""
+        if isinstance(tokens, Tensor):
+            tokens = tokens.data
+        arr = np.asarray(tokens)
+        if arr.dtype == object or (arr.size and arr.dtype.kind not in "iu"):
+            raise TypeError(f"token ids must be integers, got dtype {arr.dtype}")
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2:
+            raise ValueError(f"token ids must have shape (B, n) or (n,), got shape {arr.shape}")
+        if arr.shape[1] == 0:
+            raise ValueError("token ids are empty: need at least one token")
+        V = self.config.vocab_size
+        bad = (arr < 0) | (arr >= V)
+        if bad.any():
+            raise ValueError(f"token id {arr[bad][0]} is out of range [0, {V})")
+        return arr.astype(np.int64, copy=False)
+
+    def __call__(self, tokens, cache: KVCache | None = None) -> Tensor:
+        """Logits (B, n, V) for token ids (B, n).
+
+        With a ``cache``, the n tokens sit at positions cache.start .. cache.start+n-1,
+        read the m = start + n cached keys, and the cache advances by n.
+        """
+        tokens = self.check_tokens(tokens)
+        B, n = tokens.shape
+        start = 0 if cache is None else cache.start
+        m = start + n
+        limit = self.config.max_seq_len if cache is None else cache.capacity
+        if m > limit:
+            what = "context length" if cache is None else "cache capacity"
+            raise ValueError(f"sequence of {m} positions (start {start} + {n} new) exceeds the {what} {limit}")
+        if cache is not None and cache.batch != B:
+            raise ValueError(f"cache was made for batch {cache.batch}, got tokens with batch {B}")
+        pad = None if cache is None else cache.pad
+        if self._tracer is not None:
+            self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens)
+
+        # Positions and the mask: causal, plus left padding when rows differ in length.
+        mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))       # (B, n, m)
+        if pad is None:
+            cos, sin = self.rotary.tables(np.arange(start, m))             # (n, D/2)
+        else:
+            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
+            cos, sin = self.rotary.tables(positions)                        # (B, n, D/2)
+            cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
+            mask = mask | (np.arange(m)[None, None, :] < pad[:, None, None])  # (B, n, m)
+
+        x = self.snap("embed", self.tok_embeddings(tokens))                 # (B, n, C)
+        for block in self.layers:
+            x = block(x, (cos, sin), mask, cache, start)                    # (B, n, C)
+        x = self.norm(x)                                                    # (B, n, C)
+        logits = self.snap("logits", self.output(x))                        # (B, n, V)
+        if self.tracing("probs"):
+            self.snap("probs", ag.softmax(logits, axis=-1))                 # (B, n, V)
+        if cache is not None:
+            cache.start = m
+        return logits
+
+    def loss(self, tokens, targets, ignore_index: int = -100) -> Tensor:
+        """Mean cross-entropy of next-token ``targets`` (B, n) given ``tokens`` (B, n)."""
+        logits = self(tokens)
+        return ag.cross_entropy(logits, np.asarray(targets), ignore_index)
+
+    def num_params(self) -> int:
+        return int(sum(p.data.size for p in self.parameters()))
