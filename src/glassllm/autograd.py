@@ -156,17 +156,24 @@ class Tensor:
         if grad.shape != self.shape:
             raise ValueError(f"gradient shape {grad.shape} does not match tensor shape {self.shape}")
 
-        # Iterative post-order DFS gives a topological order without recursion.
-        order, seen, stack = [], {id(self)}, [(self, False)]
+        # Iterative post-order DFS gives a topological order without recursion:
+        # a node is appended only after every one of its parents. A node is
+        # marked when it is *expanded*, not when it is pushed -- marking on push
+        # would let a node that is reachable along two paths (a residual
+        # connection, say) be ordered before a parent it reaches the long way,
+        # and its gradient would be passed on before it was complete.
+        order, expanded_ids, stack = [], set(), [(self, False)]
         while stack:
             node, expanded = stack.pop()
             if expanded:
                 order.append(node)
                 continue
+            if id(node) in expanded_ids:
+                continue  # reached again along another path; already placed
+            expanded_ids.add(id(node))
             stack.append((node, True))
             for parent in node._parents:
-                if parent.requires_grad and id(parent) not in seen:
-                    seen.add(id(parent))
+                if parent.requires_grad and id(parent) not in expanded_ids:
                     stack.append((parent, False))
 
         self.grad = grad if self.grad is None else self.grad + grad
@@ -178,7 +185,15 @@ class Tensor:
                 for parent, pg in zip(node._parents, node._backward(g)):
                     if pg is None or not parent.requires_grad:
                         continue
-                    parent.grad = pg if parent.grad is None else parent.grad + pg
+                    if parent.grad is not None:
+                        parent.grad = parent.grad + pg
+                    elif parent._backward is None:
+                        # A leaf keeps its own writable copy in its own dtype: an op may
+                        # hand the same array (or a read-only broadcast view) to several
+                        # inputs, and optimizers update .grad in place.
+                        parent.grad = np.array(pg, dtype=parent.dtype)
+                    else:
+                        parent.grad = pg
             if not node._retain:
                 node.grad = None
             node._parents, node._backward = (), None
@@ -276,11 +291,19 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
-    peak = np.max(x, axis=axis, keepdims=True)
-    peak = np.where(np.isneginf(peak), 0.0, peak).astype(x.dtype, copy=False)
-    e = np.exp(x - peak)
-    total = e.sum(axis=axis, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return _softmax_inplace(x.copy(), axis)
+
+
+def _softmax_inplace(s: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax of a float array, overwriting it (one temporary per row, not per entry)."""
+    peak = s.max(axis=axis, keepdims=True)
+    peak[np.isneginf(peak)] = 0.0      # an all -inf row: exp(-inf - 0) = 0 everywhere
+    s -= peak
+    np.exp(s, out=s)
+    total = s.sum(axis=axis, keepdims=True)
+    total[total == 0] = 1.0            # ... and 0 / 1 = 0 instead of 0 / 0
+    s /= total
+    return s
 
 
 # ----------------------------------------------------------------------------
@@ -389,9 +412,11 @@ def sigmoid(a) -> Tensor:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # exp(-|x|) never overflows; pick the algebraically equal form per sign.
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    # sigmoid(x) = (1 + tanh(x/2)) / 2: one transcendental, and tanh never overflows.
+    s = np.tanh(x * 0.5)
+    s += 1.0
+    s *= 0.5
+    return s
 
 
 def silu(a) -> Tensor:
@@ -715,20 +740,24 @@ def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
     G, m = k.shape[1], k.shape[2]
     r = H // G
     qg = q.data.reshape(B, G, r * n, D)                                 # (B, G, r*n, D)
-    s = (qg @ k.data.swapaxes(-1, -2)) * scale                          # (B, G, r*n, m)
-    s = s.reshape(B, G, r, n, m)                                        # (B, G, r, n, m)
+    p = qg @ k.data.swapaxes(-1, -2)                                    # (B, G, r*n, m)
+    p *= scale
     if mask is not None:
         mask = np.broadcast_to(np.asarray(mask), (B, 1, n, m))[:, :, None]  # (B, 1, 1, n, m)
-        s = np.where(mask, -np.inf, s)
-    p = softmax_np(s, axis=-1).reshape(B, G, r * n, m)                  # (B, G, r*n, m)
-    out = (p @ v.data).reshape(B, H, n, D)                              # (B, H, n, D)
+        np.copyto(p.reshape(B, G, r, n, m), -np.inf, where=mask)
+    _softmax_inplace(p)                                                 # (B, G, r*n, m)
+    out = p @ v.data                                                    # (B, G, r*n, D)
 
     def backward(g):
         gg = g.reshape(B, G, r * n, D)                                  # (B, G, r*n, D)
         gv = p.swapaxes(-1, -2) @ gg if _need(v) else None              # (B, G, m, D)
-        dp = gg @ v.data.swapaxes(-1, -2)                               # (B, G, r*n, m)
-        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale    # (B, G, r*n, m)
+        ds = gg @ v.data.swapaxes(-1, -2)                               # (B, G, r*n, m)
+        # Softmax backward: ds = p * (dp - sum_j p dp). The row sum equals
+        # <g, out> over D, which is m/D times cheaper than summing over keys.
+        ds -= (gg * out).sum(axis=-1, keepdims=True)
+        ds *= p
+        ds *= scale
         gq = (ds @ k.data).reshape(B, H, n, D) if _need(q) else None    # (B, H, n, D)
         gk = ds.swapaxes(-1, -2) @ qg if _need(k) else None             # (B, G, m, D)
         return gq, gk, gv
-    return _make(out, (q, k, v), backward)
+    return _make(out.reshape(B, H, n, D), (q, k, v), backward)
