@@ -83,9 +83,9 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
         if isinstance(data, Tensor):
             data = data.data
-        if dtype is None and not isinstance(data, np.ndarray):
+        if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
             # Python numbers and lists become float32 (ints stay ints unless a
-            # gradient is asked for); ndarrays keep their dtype.
+            # gradient is asked for); ndarrays and NumPy scalars keep their dtype.
             data = np.asarray(data)
             if data.dtype.kind == "f" or (requires_grad and data.dtype.kind in "iu"):
                 data = data.astype(np.float32)
@@ -247,7 +247,7 @@ def _pair(a, b) -> tuple[Tensor, Tensor]:
 
 def _make(data: np.ndarray, parents: tuple, backward) -> Tensor:
     """Wrap an op's result; record the graph only when some input needs a gradient."""
-    out = Tensor(data)
+    out = Tensor(np.asarray(data))  # a full reduction gives a NumPy scalar; keep its dtype
     if _GradMode.enabled and any(p.requires_grad for p in parents):
         out.requires_grad = True
         out._parents = parents
@@ -589,9 +589,15 @@ def getitem(a, index) -> Tensor:
     if isinstance(index, Tensor):
         index = index.data
 
+    basic = all(isinstance(i, (slice, int, type(None), type(Ellipsis)))
+                for i in (index if isinstance(index, tuple) else (index,)))
+
     def backward(g):
         grad = np.zeros_like(a.data)
-        np.add.at(grad, index, g)
+        if basic:
+            grad[index] = g            # a view: no position is picked twice
+        else:
+            np.add.at(grad, index, g)  # fancy indexing may repeat positions
         return (grad,)
     return _make(a.data[index], (a,), backward)
 
