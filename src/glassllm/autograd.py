@@ -412,11 +412,18 @@ def sigmoid(a) -> Tensor:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # sigmoid(x) = (1 + tanh(x/2)) / 2: one transcendental, and tanh never overflows.
-    s = np.tanh(x * 0.5)
-    s += 1.0
-    s *= 0.5
-    return s
+    # sigmoid(x) = exp(min(x, 0)) / (1 + exp(-|x|)): the numerator is e^x for
+    # x < 0 and 1 otherwise, so neither exp overflows and nothing cancels --
+    # full relative precision in both tails. ((1 + tanh(x/2)) / 2 is faster
+    # but rounds sigmoid(-40) to 0 and loses float32 digits from x < -5 on.)
+    num = np.minimum(x, 0.0)
+    np.exp(num, out=num)
+    den = np.abs(x)
+    np.negative(den, out=den)
+    np.exp(den, out=den)
+    den += 1.0
+    num /= den
+    return num
 
 
 def silu(a) -> Tensor:
