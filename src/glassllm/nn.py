@@ -50,11 +50,17 @@ import numpy as np
 from . import autograd as ag
 from .autograd import Tensor
 from .config import ModelConfig
+from .flash import flash_attention
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
     "Block", "Transformer", "KVCache", "causal_mask",
 ]
+
+
+# From this many new queries on, the untraced path uses the tiled kernel
+# (glassllm.flash); below it (decoding, short prompts) the dense fused op is faster.
+FLASH_MIN_QUERIES = 128
 
 
 def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
@@ -287,9 +293,10 @@ class Attention(Module):
         self.wo = Linear(c.n_heads * c.head_dim, c.dim, rng, std=out_std, dtype=dtype)
 
     def __call__(self, x: Tensor, rope: tuple[np.ndarray, np.ndarray], mask: np.ndarray,
-                 cache: "KVCache | None" = None, start: int = 0) -> Tensor:
+                 cache: "KVCache | None" = None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
         """x (B, n, C) already normalised; rope = (cos, sin) for the n new positions;
-        mask (B, n, m) bool, True = forbidden. Returns (B, n, C)."""
+        mask (B, n, m) bool, True = forbidden -- the causal mask plus, when ``pad``
+        (B,) is given, the left-padding keys of each row. Returns (B, n, C)."""
         B, n, _ = x.shape
         H, G, D = self.n_heads, self.n_kv_heads, self.head_dim
         m = start + n
@@ -315,7 +322,12 @@ class Attention(Module):
         scale = 1.0 / math.sqrt(D)
         if not self.tracing("scores", "mask", "softmax"):
             # Fast path: steps 4-8 fused into one op (GQA folded, never copied).
-            mix = ag.attention(q, keys, values, mask[:, None], scale)   # (B, H, n, D)
+            # Long blocks go through the tiled online-softmax kernel, which skips
+            # the masked future and never holds an (n, m) matrix.
+            if n >= FLASH_MIN_QUERIES:
+                mix = flash_attention(q, keys, values, scale, start, pad)   # (B, H, n, D)
+            else:
+                mix = ag.attention(q, keys, values, mask[:, None], scale)  # (B, H, n, D)
         else:
             # Teaching path: every step a separate, visible tensor.
             # 4. Grouped-query expansion: K/V head g serves query heads g*r .. g*r+r-1.
@@ -380,9 +392,9 @@ class Block(Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps, dtype)
         self.feed_forward = FeedForward(config, rng, dtype)
 
-    def __call__(self, x, rope, mask, cache=None, start=0) -> Tensor:
+    def __call__(self, x, rope, mask, cache=None, start=0, pad=None) -> Tensor:
         x = self.snap("resid_pre", x)
-        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, mask, cache, start))
+        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, mask, cache, start, pad))
         return self.snap("resid_post", h + self.feed_forward(self.ffn_norm(h)))
 
     def snapshot_axes(self):
@@ -557,7 +569,7 @@ class Transformer(Module):
 
         x = self.snap("embed", self.tok_embeddings(tokens))                 # (B, n, C)
         for block in self.layers:
-            x = block(x, (cos, sin), mask, cache, start)                    # (B, n, C)
+            x = block(x, (cos, sin), mask, cache, start, pad)               # (B, n, C)
         x = self.norm(x)                                                    # (B, n, C)
         logits = self.snap("logits", self.output(x))                        # (B, n, V)
         if self.tracing("probs"):
