@@ -1,0 +1,269 @@
+"""Training data: text files -> cached token ids -> seeded random windows.
+
+The pipeline, one function each:
+
+1. :func:`expand_paths` turns ``--data`` arguments (files or folders) into an
+   ordered list of files. A folder contributes its ``*.txt`` files, recursively,
+   in sorted order; hidden files are skipped.
+2. :func:`token_ids` tokenises the files once (``Tokenizer.encode_corpus``:
+   stories separated by the end-of-text id) and caches the ids as a ``.npy``
+   file of ``uint16`` that is opened memory-mapped. The cache file is named by
+   a SHA-256 over the files' own SHA-256s and the tokenizer's JSON, so editing a
+   file or changing the tokenizer can never reuse stale ids.
+3. :class:`WindowSampler` draws batches of random windows of ``seq_len + 1``
+   consecutive ids from a seeded ``np.random.Generator``: inputs are the first
+   ``seq_len`` ids, targets the last ``seq_len`` (shifted by one). Its whole
+   position in the data is the generator's state, which it exports and
+   restores exactly.
+
+TinyStories from the Hugging Face hub (:func:`fetch_hub_file`) for users with
+internet: ``--data tinystories:train`` downloads ``TinyStoriesV2-GPT4-train.txt``
+from the dataset ``roneneldan/TinyStories`` (about 2 GB; ``tinystories:valid``
+is its 20 MB validation file; ``tinystories-v1:train`` / ``-v1:valid`` are the
+first release). The URL layout is the hub's
+``{endpoint}/datasets/{repo}/resolve/{revision}/{file}``; the endpoint defaults
+to ``$HF_ENDPOINT`` or ``https://huggingface.co``. Downloads are streamed to a
+temporary file, checked against the Content-Length and, when the server sends
+one, the SHA-256 ETag, and renamed into place; a finished file is not fetched
+again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import atomic_path
+
+__all__ = [
+    "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
+    "HUB_SOURCES", "hub_url", "fetch_hub_file", "resolve_sources", "default_cache_dir",
+]
+
+CACHE_FORMAT = "glassllm-token-cache v1"
+
+
+# ----------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------
+
+def expand_paths(paths) -> list[Path]:
+    """Files named by ``paths`` (str/Path or a list of them), folders expanded to their ``*.txt``.
+
+    Raises ValueError for a missing path, an empty folder, or no files at all.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.txt")
+                           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not found:
+                raise ValueError(f"data folder {str(path)!r} holds no .txt files")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"data path {str(path)!r} does not exist")
+    if not files:
+        raise ValueError("no data files given: expected at least one text file or folder")
+    return files
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def text_sha256s(files) -> list[str]:
+    """SHA-256 of each file, in order (what a checkpoint records about its data)."""
+    return [file_sha256(f) for f in files]
+
+
+def default_cache_dir() -> Path:
+    """``$GLASSLLM_CACHE`` or ``~/.cache/glassllm``."""
+    return Path(os.environ.get("GLASSLLM_CACHE") or Path.home() / ".cache" / "glassllm")
+
+
+# ----------------------------------------------------------------------------
+# Token cache
+# ----------------------------------------------------------------------------
+
+def cache_key(file_hashes: list[str], tokenizer) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": CACHE_FORMAT, "files": list(file_hashes)}, sort_keys=True).encode())
+    h.update(tokenizer.to_json().encode("utf-8"))
+    return h.hexdigest()
+
+
+def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None) -> np.ndarray:
+    """The token ids of ``files`` (concatenated with ``Tokenizer.encode_corpus``) as a read-only memmap.
+
+    Tokenised once: the ids live in ``cache_dir/tokens-<key>.npy`` (uint16), where
+    the key hashes the files' contents and the tokenizer. Returns a 1-D
+    ``np.memmap`` of ``uint16``.
+    """
+    files = expand_paths(files)
+    if tokenizer.vocab_size > 65536:
+        raise ValueError(f"vocabulary of {tokenizer.vocab_size} ids does not fit the uint16 token cache")
+    hashes = file_hashes if file_hashes is not None else text_sha256s(files)
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"tokens-{cache_key(hashes, tokenizer)[:24]}.npy"
+    if not path.exists():
+        ids = np.asarray(tokenizer.encode_corpus([str(f) for f in files]))
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"tokenising {len(files)} file(s) gave no tokens")
+        if ids.dtype != np.uint16:
+            ids = ids.astype(np.uint16)
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, ids)
+    return np.load(path, mmap_mode="r")
+
+
+# ----------------------------------------------------------------------------
+# Batches
+# ----------------------------------------------------------------------------
+
+class WindowSampler:
+    """Random windows of a token stream, from a seeded generator.
+
+    ``next_batch()`` returns ``(x, y)``, both (B, T) int64: for each row a start
+    s is drawn uniformly from 0 .. len(ids) - T - 1 and ``x = ids[s : s+T]``,
+    ``y = ids[s+1 : s+T+1]``. :meth:`state` / :meth:`set_state` save and restore
+    the exact position (the bit generator's state and the batch count).
+
+    >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
+    ...                   rng=np.random.default_rng(0))
+    >>> x, y = s.next_batch()
+    >>> bool(np.all(y == x + 1)), x.shape
+    (True, (2, 3))
+    """
+
+    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, rng: np.random.Generator):
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+        if len(ids) < seq_len + 1:
+            raise ValueError(f"the data has {len(ids)} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}")
+        self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
+        self.batches = 0
+        self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
+
+    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.rng.integers(0, len(self.ids) - self.seq_len, size=self.batch_size)  # (B,)
+        rows = np.asarray(self.ids[starts[:, None] + self._offsets], dtype=np.int64)     # (B, T+1)
+        self.batches += 1
+        return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)
+
+    def state(self) -> dict:
+        return {"bit_generator": self.rng.bit_generator.state, "batches": self.batches}
+
+    def set_state(self, state: dict) -> None:
+        try:
+            self.rng.bit_generator.state = state["bit_generator"]
+            self.batches = int(state["batches"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"bad data sampler state: {e}") from None
+
+
+# ----------------------------------------------------------------------------
+# The Hugging Face hub
+# ----------------------------------------------------------------------------
+
+# alias -> (dataset repo, file)
+HUB_SOURCES = {
+    "tinystories:train": ("roneneldan/TinyStories", "TinyStoriesV2-GPT4-train.txt"),
+    "tinystories:valid": ("roneneldan/TinyStories", "TinyStoriesV2-GPT4-valid.txt"),
+    "tinystories-v1:train": ("roneneldan/TinyStories", "TinyStories-train.txt"),
+    "tinystories-v1:valid": ("roneneldan/TinyStories", "TinyStories-valid.txt"),
+}
+_HF_SPEC = re.compile(r"^hf:([\w.-]+/[\w.-]+)/(.+)$")
+
+
+def hub_url(repo: str, filename: str, revision: str = "main", endpoint: str | None = None) -> str:
+    """``{endpoint}/datasets/{repo}/resolve/{revision}/{filename}`` (the hub's download URL)."""
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    return (f"{endpoint}/datasets/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+            f"{urllib.parse.quote(filename)}")
+
+
+def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", endpoint: str | None = None,
+                   timeout: float = 60.0, progress: bool = True) -> Path:
+    """Download one file of a hub dataset into ``dest_dir`` (once) and return its path.
+
+    The file lands at ``dest_dir/datasets--{owner}--{name}/{revision}/{filename}``.
+    Raises ValueError on any network or integrity problem, naming the URL.
+    """
+    target = Path(dest_dir) / f"datasets--{repo.replace('/', '--')}" / revision / filename
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    url = hub_url(repo, filename, revision, endpoint)
+    request = urllib.request.Request(url, headers={"User-Agent": "glassllm"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            expected_size = response.headers.get("Content-Length")
+            etag = (response.headers.get("X-Linked-Etag") or response.headers.get("ETag") or "")
+            etag = etag.removeprefix("W/").strip('"').lower()
+            h, size = hashlib.sha256(), 0
+            bar = _progress_bar(int(expected_size) if expected_size else None, filename, progress)
+            with atomic_path(target) as tmp:
+                with open(tmp, "wb") as f:
+                    for chunk in iter(lambda: response.read(1 << 20), b""):
+                        f.write(chunk)
+                        h.update(chunk)
+                        size += len(chunk)
+                        bar.update(len(chunk))
+                bar.close()
+                if expected_size is not None and size != int(expected_size):
+                    raise ValueError(f"download of {url} was cut short: got {size} of {expected_size} bytes")
+                if re.fullmatch(r"[0-9a-f]{64}", etag) and h.hexdigest() != etag:
+                    raise ValueError(f"download of {url} is corrupt: SHA-256 {h.hexdigest()} != ETag {etag}")
+    except urllib.error.HTTPError as e:
+        raise ValueError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise ValueError(f"cannot download {url}: {reason}") from None
+    return target
+
+
+def _progress_bar(total, name, enabled):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=f"download {name}", unit="B", unit_scale=True, disable=not enabled)
+
+
+def resolve_sources(specs, cache_dir=None, endpoint: str | None = None, progress: bool = True) -> list[Path]:
+    """Turn ``--data`` arguments into local files, fetching hub sources first.
+
+    A spec is a local file or folder, an alias from :data:`HUB_SOURCES`
+    (``tinystories:train`` ...) or ``hf:OWNER/NAME/FILE`` (a file of any hub dataset).
+    """
+    if isinstance(specs, (str, os.PathLike)):
+        specs = [specs]
+    hub_dir = Path(cache_dir or default_cache_dir()) / "hub"
+    local = []
+    for spec in specs:
+        text = str(spec)
+        if text in HUB_SOURCES:
+            repo, filename = HUB_SOURCES[text]
+            local.append(fetch_hub_file(repo, filename, hub_dir, endpoint=endpoint, progress=progress))
+        elif _HF_SPEC.match(text):
+            repo, filename = _HF_SPEC.match(text).groups()
+            local.append(fetch_hub_file(repo, filename, hub_dir, endpoint=endpoint, progress=progress))
+        else:
+            local.append(Path(text))
+    return expand_paths(local)

@@ -1,0 +1,700 @@
+"""Training from scratch on a CPU, evaluation, checkpoints and exact resume.
+
+The loop, one optimiser step at a time (:func:`train_step`)::
+
+    for each of grad_accum micro-batches (B random windows of T tokens):
+        loss_i = mean cross-entropy;  backward(loss_i / grad_accum)
+    loss = mean of the loss_i;  stop if it or any gradient is not finite
+    clip the gradients to global L2 norm grad_clip (0 = no clipping)
+    AdamW step with lr = lr_at(step) (linear warm-up, then cosine decay)
+
+Everything that decides the numbers is in a frozen :class:`TrainConfig` (plus
+the :class:`~glassllm.config.ModelConfig`); the ``glassllm train`` options map
+onto their fields one to one.
+
+The run folder (``--out DIR``)::
+
+    train_state.safetensors   weights, AdamW moments (``param/``, ``adam_m/``, ``adam_v/`` + name),
+                              and metadata: step, both configs, tokenizer, the data sampler's
+                              RNG state, data file hashes, the loss history
+    model.safetensors         the inference file (checkpoint.save_model) + run metadata
+    tokenizer.json            the tokenizer (trained on --data unless --tokenizer is given)
+    loss.csv, loss.png        the loss curve
+    cache/                    token ids, uint16, memory-mapped (unless --cache-dir)
+
+Resuming reads ``train_state.safetensors`` only: it is one file, written
+atomically, so weights, moments and data position always belong to the same
+step. ``model.safetensors`` is exported from it afterwards; a kill between the
+two writes leaves an inference file one checkpoint behind, never a mismatched
+pair. ``--resume`` continues bit-identically: same weights, moments, step and
+generator state give the same next batch and the same update.
+
+Evaluation (:func:`evaluate`) cuts the token stream of the held-out text into
+non-overlapping windows: window i reads ids[iT : iT+T] and predicts
+ids[iT+1 : iT+T+1] (the last window may be shorter), so every token but the
+first is predicted exactly once, each from at most T tokens of context. Under
+``no_grad``, in float64 log-softmax::
+
+    loss        = nats / tokens            (mean nats per predicted token)
+    perplexity  = exp(loss)
+    bits/byte   = nats / (ln 2 * bytes)    bytes = UTF-8 bytes of the predicted tokens' text
+
+Bits per byte divides by the length of the text rather than the number of
+tokens, so models with different tokenizers can be compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .autograd import no_grad
+from .checkpoint import atomic_path, atomic_write, save_model
+from .config import ModelConfig
+from .data import WindowSampler, resolve_sources, text_sha256s, token_ids
+from .nn import Transformer
+from .optim import AdamW, clip_grad_norm, global_norm, lr_at
+
+__all__ = ["TrainConfig", "EvalResult", "Trainer", "train_step", "evaluate", "evaluate_text",
+           "STATE_FORMAT", "STATE_VERSION", "add_cli"]
+
+STATE_FORMAT = "glassllm-train-state"
+STATE_VERSION = "1"
+_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+# ----------------------------------------------------------------------------
+# The configuration
+# ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every number that decides a training run. The defaults made the bundled model.
+
+    >>> TrainConfig().tokens_per_step
+    4096
+    """
+
+    steps: int = 3000            # optimiser steps
+    batch_size: int = 16         # windows per micro-batch (B)
+    seq_len: int = 256           # tokens per window (T)
+    grad_accum: int = 1          # micro-batches per optimiser step
+    lr: float = 3e-3             # peak learning rate, reached after warm-up
+    min_lr: float = 3e-4         # learning rate at the end of the cosine decay
+    warmup_steps: int = 100      # linear warm-up from lr/warmup_steps to lr
+    weight_decay: float = 0.1    # decoupled, on weight matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
+    seed: int = 1337             # model init and batch sampling
+    dtype: str = "float32"       # float32 or float64
+    eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
+    eval_windows: int = 64       # windows of the held-out text per periodic evaluation; 0 = all
+    checkpoint_every: int = 250  # steps between checkpoints; 0 = only at the end
+
+    def __post_init__(self):
+        ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": 0,
+                "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0}
+        for name, low in ints.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"TrainConfig.{name} must be an int, got {value!r}")
+            if value < low:
+                raise ValueError(f"TrainConfig.{name} must be >= {low}, got {value}")
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise TypeError(f"TrainConfig.{name} must be a finite number, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"TrainConfig.min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if not self.eps > 0:
+            raise ValueError(f"TrainConfig.eps must be > 0, got {self.eps}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            bad = "weight_decay" if self.weight_decay < 0 else "grad_clip"
+            raise ValueError(f"TrainConfig.{bad} must be >= 0, got {getattr(self, bad)}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"TrainConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len * self.grad_accum
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of 0-based optimiser step ``step``."""
+        return lr_at(step, self.lr, self.warmup_steps, self.steps, self.min_lr)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        if not isinstance(d, dict):
+            raise TypeError(f"train config must be a dict, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown train config key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**d)
+
+
+# ----------------------------------------------------------------------------
+# One optimiser step
+# ----------------------------------------------------------------------------
+
+def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_clip: float,
+               step: int = 0) -> tuple[float, float]:
+    """One AdamW step over the micro-batches ``[(x, y), ...]`` (each (B, T) ints).
+
+    Gradients of the micro-batches are averaged (each loss is scaled by
+    1/len(batches) before its backward). Returns ``(mean loss, gradient norm
+    before clipping)``. Raises ValueError naming ``step`` and the first
+    parameter whose gradient is not finite, before any weight changes.
+    """
+    optimizer.zero_grad()
+    scale = 1.0 / len(batches)
+    total = 0.0
+    for x, y in batches:
+        loss = model.loss(x, y)
+        value = float(loss.data)
+        if not math.isfinite(value):
+            raise ValueError(f"step {step}: the loss is {value} (not finite); lower --lr or check the data")
+        total += value
+        (loss if len(batches) == 1 else loss * scale).backward()
+    params = list(optimizer.params.values())
+    norm = clip_grad_norm(params, grad_clip) if grad_clip > 0 else global_norm(params)
+    if not math.isfinite(norm):
+        bad = next(name for name, p in optimizer.params.items()
+                   if p.grad is not None and not np.all(np.isfinite(p.grad)))
+        raise ValueError(f"step {step}: non-finite gradient in {bad}; lower --lr or --grad-clip")
+    optimizer.lr = lr
+    optimizer.step()
+    return total * scale, norm
+
+
+# ----------------------------------------------------------------------------
+# Evaluation
+# ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Held-out figures (see the module docstring for the exact definitions)."""
+
+    loss: float           # nats per predicted token
+    perplexity: float     # exp(loss)
+    bits_per_byte: float  # nats / (ln 2 * bytes)
+    nats: float           # summed over predicted tokens
+    tokens: int           # predicted tokens
+    bytes: int            # UTF-8 bytes of the predicted tokens' text
+    windows: int
+
+    def line(self) -> str:
+        return (f"loss {self.loss:.4f}  perplexity {self.perplexity:.3f}  bits/byte {self.bits_per_byte:.4f}  "
+                f"({self.tokens} tokens, {self.bytes} bytes, {self.windows} windows)")
+
+
+def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size: int = 16,
+             max_windows: int | None = None) -> EvalResult:
+    """Loss, perplexity and bits per byte of ``model`` on the token stream ``ids``.
+
+    Non-overlapping windows of ``seq_len`` (see the module docstring); with
+    ``max_windows`` only the first that many windows count.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or len(ids) < 2:
+        raise ValueError(f"evaluation needs at least 2 tokens, got {len(ids) if ids.ndim == 1 else ids.shape}")
+    if not 1 <= seq_len <= model.config.max_seq_len:
+        raise ValueError(f"seq_len must be in [1, {model.config.max_seq_len}], got {seq_len}")
+    n_windows = math.ceil((len(ids) - 1) / seq_len)
+    if max_windows:
+        n_windows = min(n_windows, int(max_windows))
+    end = min(len(ids), n_windows * seq_len + 1)            # ids[:end] are read; ids[1:end] predicted
+    full = (end - 1) // seq_len                              # windows of exactly seq_len
+    starts = np.arange(full) * seq_len
+    nats = 0.0
+    with no_grad():
+        for lo in range(0, full, batch_size):
+            rows = starts[lo:lo + batch_size, None] + np.arange(seq_len + 1)   # (B, T+1)
+            chunk = np.asarray(ids[rows], dtype=np.int64)
+            nats += _nats(model, chunk[:, :-1], chunk[:, 1:])
+        if full * seq_len + 1 < end:                                           # the short last window
+            tail = np.asarray(ids[full * seq_len:end], dtype=np.int64)[None]   # (1, t+1)
+            nats += _nats(model, tail[:, :-1], tail[:, 1:])
+    tokens = end - 1
+    n_bytes = len(tokenizer.decode_bytes(np.asarray(ids[1:end], dtype=np.int64)))
+    loss = nats / tokens
+    return EvalResult(loss=loss, perplexity=math.exp(loss), bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)),
+                      nats=nats, tokens=int(tokens), bytes=int(n_bytes), windows=int(n_windows))
+
+
+def _nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> float:
+    """Summed negative log-likelihood of targets ``y`` (B, T), in float64."""
+    z = model(x).data.astype(np.float64)                                # (B, T, V)
+    peak = z.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp(z - peak).sum(axis=-1)) + peak[..., 0]           # (B, T)
+    picked = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]        # (B, T)
+    return float((lse - picked).sum())
+
+
+def evaluate_text(model: Transformer, tokenizer, text_or_paths, seq_len: int = 256,
+                  batch_size: int = 16) -> EvalResult:
+    """:func:`evaluate` on text (a str, a path, or a list of them) encoded with ``encode_corpus``."""
+    return evaluate(model, tokenizer.encode_corpus(text_or_paths), tokenizer, seq_len, batch_size)
+
+
+# ----------------------------------------------------------------------------
+# A run: model, optimiser, data, history, and its folder
+# ----------------------------------------------------------------------------
+
+class Trainer:
+    """A training run in a folder: build it fresh or resume it, then :meth:`run`.
+
+    ``Trainer(config, model_config, train_files, out_dir, ...)`` starts a new
+    run; :meth:`Trainer.resume` continues the one saved in a folder.
+    """
+
+    def __init__(self, config: TrainConfig, model_config: ModelConfig, train_files, out_dir,
+                 valid_files=(), tokenizer=None, cache_dir=None, command: str = "", progress: bool = True):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        if not isinstance(model_config, ModelConfig):
+            raise TypeError(f"model_config must be a ModelConfig, got {type(model_config).__name__}")
+        if config.seq_len > model_config.max_seq_len:
+            raise ValueError(f"seq_len={config.seq_len} exceeds the model's max_seq_len={model_config.max_seq_len}")
+        from .tokenizer import Tokenizer
+
+        self.config, self.model_config = config, model_config
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.cache_dir = Path(cache_dir) if cache_dir else self.out / "cache"
+        self.progress = progress
+        self.train_files = [Path(f).resolve() for f in train_files]
+        self.valid_files = [Path(f).resolve() for f in valid_files]
+        self.train_hashes = text_sha256s(self.train_files)
+        self.valid_hashes = text_sha256s(self.valid_files)
+        if tokenizer is None:
+            tokenizer = Tokenizer.train(self.train_files, vocab_size=model_config.vocab_size)
+        if tokenizer.vocab_size != model_config.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size "
+                             f"is {model_config.vocab_size}")
+        self.tokenizer = tokenizer
+        init_seq, data_seq = np.random.SeedSequence(config.seed).spawn(2)
+        self.model = Transformer(model_config, seed=np.random.default_rng(init_seq),
+                                 dtype=_DTYPES[config.dtype])
+        self.optimizer = AdamW(self.model.named_parameters(), lr=config.lr, betas=(config.beta1, config.beta2),
+                               eps=config.eps, weight_decay=config.weight_decay)
+        self.train_ids = token_ids(self.train_files, tokenizer, self.cache_dir, self.train_hashes)
+        self.valid_ids = (token_ids(self.valid_files, tokenizer, self.cache_dir, self.valid_hashes)
+                          if self.valid_files else None)
+        self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size,
+                                     np.random.default_rng(data_seq))
+        self.step = 0
+        self.elapsed = 0.0
+        self.history: list[dict] = []
+        self.command = command
+        self.last_eval: EvalResult | None = None
+
+    # -- resume -------------------------------------------------------------------
+    @classmethod
+    def resume(cls, out_dir, cache_dir=None, progress: bool = True) -> "Trainer":
+        """Rebuild the run saved in ``out_dir/train_state.safetensors`` exactly as it was saved."""
+        from safetensors import safe_open
+
+        from .tokenizer import Tokenizer
+
+        path = Path(out_dir) / "train_state.safetensors"
+        if not path.is_file():
+            raise ValueError(f"cannot resume: {str(path)!r} does not exist (start a run without --resume)")
+        try:
+            with safe_open(str(path), framework="numpy") as f:
+                meta = f.metadata() or {}
+                if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
+                    raise ValueError(f"{str(path)!r} is not a glassllm training state "
+                                     f"(format {meta.get('format')!r} v{meta.get('version')!r})")
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except ValueError:
+            raise
+        except Exception as e:  # safetensors' own error types
+            raise ValueError(f"cannot read {str(path)!r}: {e}") from None
+        config = TrainConfig.from_dict(json.loads(meta["train_config"]))
+        model_config = ModelConfig.from_json(meta["model_config"])
+        data = json.loads(meta["data"])
+        for kind in ("train", "valid"):
+            for file, digest in data[kind]:
+                if not Path(file).is_file():
+                    raise ValueError(f"cannot resume: {kind} file {file!r} is gone")
+        self = cls.__new__(cls)
+        self.config, self.model_config = config, model_config
+        self.out = Path(out_dir)
+        self.cache_dir = Path(cache_dir) if cache_dir else self.out / "cache"
+        self.progress = progress
+        self.train_files = [Path(f) for f, _ in data["train"]]
+        self.valid_files = [Path(f) for f, _ in data["valid"]]
+        self.train_hashes = text_sha256s(self.train_files)
+        self.valid_hashes = text_sha256s(self.valid_files)
+        for kind, files, now in (("train", data["train"], self.train_hashes), ("valid", data["valid"], self.valid_hashes)):
+            for (file, then), digest in zip(files, now):
+                if then != digest:
+                    raise ValueError(f"cannot resume: {kind} file {file!r} changed since the run started "
+                                     f"(SHA-256 {digest[:12]}..., was {then[:12]}...)")
+        self.tokenizer = Tokenizer.from_json(meta["tokenizer"])
+        self.model = Transformer(model_config, seed=0, dtype=_DTYPES[config.dtype])
+        self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
+        self.optimizer = AdamW(self.model.named_parameters(), lr=config.lr, betas=(config.beta1, config.beta2),
+                               eps=config.eps, weight_decay=config.weight_decay)
+        self.optimizer.load_state_dict({
+            "t": int(meta["optimizer_t"]),
+            "m": {k[len("adam_m/"):]: v for k, v in tensors.items() if k.startswith("adam_m/")},
+            "v": {k[len("adam_v/"):]: v for k, v in tensors.items() if k.startswith("adam_v/")},
+        })
+        self.train_ids = token_ids(self.train_files, self.tokenizer, self.cache_dir, self.train_hashes)
+        self.valid_ids = (token_ids(self.valid_files, self.tokenizer, self.cache_dir, self.valid_hashes)
+                          if self.valid_files else None)
+        self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, np.random.default_rng(0))
+        self.sampler.set_state(json.loads(meta["sampler"]))
+        self.step = int(meta["step"])
+        self.elapsed = float(meta["elapsed_s"])
+        self.history = json.loads(meta["history"])
+        self.command = meta.get("command", "")
+        self.last_eval = None
+        return self
+
+    # -- the loop ---------------------------------------------------------------
+    @property
+    def tokens_seen(self) -> int:
+        return self.step * self.config.tokens_per_step
+
+    def run(self, until: int | None = None) -> None:
+        """Train up to step ``until`` (default: config.steps), checkpointing as configured."""
+        from tqdm import tqdm
+
+        c = self.config
+        stop = c.steps if until is None else min(int(until), c.steps)
+        if self.step >= stop:
+            self._log(f"nothing to do: the run is at step {self.step} of {c.steps}")
+            return
+        tty = sys.stderr.isatty()
+        bar = tqdm(total=c.steps, initial=self.step, desc="train", unit="step", disable=not self.progress,
+                   mininterval=0.5 if tty else 60.0, dynamic_ncols=tty, ascii=not tty, file=sys.stderr)
+        started, first_step = time.perf_counter(), self.step
+        try:
+            while self.step < stop:
+                t0 = time.perf_counter()
+                batches = [self.sampler.next_batch() for _ in range(c.grad_accum)]
+                lr = c.lr_at(self.step)
+                loss, norm = train_step(self.model, self.optimizer, batches, lr, c.grad_clip, self.step + 1)
+                self.step += 1
+                self.elapsed += time.perf_counter() - t0
+                row = {"step": self.step, "tokens": self.tokens_seen, "lr": lr, "loss": loss,
+                       "grad_norm": norm, "val_loss": None, "val_bpb": None, "elapsed_s": round(self.elapsed, 3)}
+                self.history.append(row)
+                final = self.step == c.steps
+                if self.valid_ids is not None and (final or (c.eval_every and self.step % c.eval_every == 0)):
+                    t1 = time.perf_counter()
+                    result = evaluate(self.model, self.valid_ids, self.tokenizer, c.seq_len, c.batch_size,
+                                      None if final else (c.eval_windows or None))
+                    self.elapsed += time.perf_counter() - t1
+                    row["val_loss"], row["val_bpb"] = result.loss, result.bits_per_byte
+                    self.last_eval = result if final else None
+                    if self.progress:
+                        bar.write(f"step {self.step}: train loss {loss:.4f}  held-out {result.line()}",
+                                  file=sys.stderr)
+                rate = (self.step - first_step) * c.tokens_per_step / (time.perf_counter() - started)
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
+                bar.update(1)
+                if self.step == stop or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
+                    self.save()
+        finally:
+            bar.close()
+        if self.step < c.steps:
+            self._log(f"stopped at step {self.step} of {c.steps}; continue with --resume")
+
+    def _log(self, text: str) -> None:
+        if self.progress:
+            print(text, file=sys.stderr)
+
+    # -- saving -------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the training state, then the inference file, tokenizer and loss curve (all atomic)."""
+        from safetensors.numpy import save
+
+        c = self.config
+        meta = {
+            "format": STATE_FORMAT, "version": STATE_VERSION, "step": str(self.step),
+            "optimizer_t": str(self.optimizer.t), "train_config": c.to_json(),
+            "model_config": self.model_config.to_json(), "tokenizer": self.tokenizer.to_json(),
+            "sampler": json.dumps(self.sampler.state()), "elapsed_s": repr(self.elapsed),
+            "data": json.dumps({"train": [[str(f), h] for f, h in zip(self.train_files, self.train_hashes)],
+                                "valid": [[str(f), h] for f, h in zip(self.valid_files, self.valid_hashes)]}),
+            "history": json.dumps(self.history), "command": self.command,
+        }
+        tensors = {}
+        for name, p in self.model.named_parameters():
+            tensors["param/" + name] = np.ascontiguousarray(p.data)
+            tensors["adam_m/" + name] = np.ascontiguousarray(self.optimizer.m[name])
+            tensors["adam_v/" + name] = np.ascontiguousarray(self.optimizer.v[name])
+        atomic_write(self.out / "train_state.safetensors", save(tensors, metadata=meta))
+        save_model(self.out / "model.safetensors", self.model, self.tokenizer, self.model_metadata())
+        tok_path = self.out / "tokenizer.json"
+        if not tok_path.exists():
+            self.tokenizer.save(tok_path)
+        self.write_curve()
+
+    def model_metadata(self) -> dict[str, str]:
+        """What the inference file records about how it was made."""
+        c = self.config
+        meta = {
+            "step": str(self.step), "steps": str(c.steps), "tokens_seen": str(self.tokens_seen),
+            "seed": str(c.seed), "train_config": c.to_json(), "wall_time_s": f"{self.elapsed:.1f}",
+            "train_data_sha256": json.dumps({f.name: h for f, h in zip(self.train_files, self.train_hashes)}),
+            "valid_data_sha256": json.dumps({f.name: h for f, h in zip(self.valid_files, self.valid_hashes)}),
+            "command": self.command,
+        }
+        if self.history:
+            meta["train_loss"] = repr(self.history[-1]["loss"])
+        if self.last_eval is not None:
+            meta["valid_loss"] = repr(self.last_eval.loss)
+            meta["valid_bits_per_byte"] = repr(self.last_eval.bits_per_byte)
+            meta["valid_tokens"] = str(self.last_eval.tokens)
+        return meta
+
+    def write_curve(self) -> None:
+        """``loss.csv`` (one row per step) and ``loss.png`` (train and held-out loss against step)."""
+        columns = ["step", "tokens", "lr", "loss", "grad_norm", "val_loss", "val_bpb", "elapsed_s"]
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(columns)
+        for row in self.history:
+            writer.writerow(["" if row[k] is None else row[k] for k in columns])
+        atomic_write(self.out / "loss.csv", buf.getvalue())
+        write_loss_png(self.history, self.out / "loss.png")
+
+
+def write_loss_png(history: list[dict], path) -> None:
+    """Plot the loss curve with matplotlib's Agg backend (no display needed), atomically."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    ax = fig.add_subplot()
+    steps = [r["step"] for r in history]
+    ax.plot(steps, [r["loss"] for r in history], lw=0.8, alpha=0.7, label="train (per step)")
+    val = [(r["step"], r["val_loss"]) for r in history if r["val_loss"] is not None]
+    if val:
+        ax.plot(*zip(*val), "o-", ms=3, label="held-out")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+
+
+# ----------------------------------------------------------------------------
+# The ``glassllm train`` and ``glassllm eval`` commands
+# ----------------------------------------------------------------------------
+
+_TRAIN_HELP = {
+    "steps": "optimiser steps in the whole run",
+    "batch_size": "windows per micro-batch",
+    "seq_len": "tokens per window (the context length trained)",
+    "grad_accum": "micro-batches whose gradients are averaged per optimiser step",
+    "lr": "peak learning rate (after warm-up)",
+    "min_lr": "learning rate at the end of the cosine decay",
+    "warmup_steps": "steps of linear warm-up",
+    "weight_decay": "AdamW decoupled weight decay, on weight matrices only (not norms)",
+    "beta1": "AdamW first-moment decay",
+    "beta2": "AdamW second-moment decay",
+    "eps": "AdamW epsilon",
+    "grad_clip": "clip gradients to this global L2 norm (0 = off)",
+    "seed": "seed of the weight initialisation and of the batch sampler",
+    "dtype": "float32 or float64",
+    "eval_every": "steps between held-out evaluations (0 = only at the end)",
+    "eval_windows": "held-out windows per periodic evaluation (0 = all; the final one uses all)",
+    "checkpoint_every": "steps between checkpoints (0 = only at the end)",
+}
+_MODEL_HELP = {
+    "vocab_size": "token ids (the tokenizer trained on --data gets this many)",
+    "dim": "model width C",
+    "n_layers": "transformer blocks",
+    "n_heads": "query heads H",
+    "n_kv_heads": "key/value heads G (H must be a multiple)",
+    "ffn_dim": "SwiGLU width F (default: LLaMA's 8/3 x dim rule, rounded up to 32)",
+    "max_seq_len": "longest context the model accepts",
+    "norm_eps": "RMSNorm epsilon",
+    "rope_theta": "RoPE base",
+}
+
+
+def _field_type(default):
+    return type(default) if not isinstance(default, bool) else bool
+
+
+def add_cli(name: str, parser) -> None:
+    """Options of ``glassllm train`` or ``glassllm eval`` (cli.py routes both here)."""
+    if name == "eval":
+        _add_eval_cli(parser)
+        return
+    parser.description = ("Train a glassllm model from scratch on text files with AdamW, a warm-up + cosine "
+                          "schedule and gradient clipping. The run folder gets model.safetensors (the file "
+                          "to generate with), train_state.safetensors (for --resume), tokenizer.json, "
+                          "loss.csv and loss.png.")
+    io_ = parser.add_argument_group("data and run folder")
+    io_.add_argument("--data", nargs="+", metavar="PATH",
+                     help="training text: files, folders (their *.txt), 'tinystories:train' (downloads "
+                          "TinyStories from the Hugging Face hub) or hf:OWNER/NAME/FILE; stories separated "
+                          "by <|endoftext|> lines")
+    io_.add_argument("--valid", nargs="+", metavar="PATH", default=None,
+                     help="held-out text for loss, perplexity and bits per byte (same forms as --data)")
+    io_.add_argument("--out", metavar="DIR", default="runs/train", help="run folder (default: runs/train)")
+    io_.add_argument("--resume", action="store_true",
+                     help="continue the run saved in --out exactly where it stopped (bit-identical)")
+    io_.add_argument("--until", type=int, metavar="STEP",
+                     help="stop (with a checkpoint) after this step; the schedule still spans --steps")
+    io_.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer file instead of training one on --data")
+    io_.add_argument("--cache-dir", metavar="DIR", help="where token ids and downloads are cached (default: OUT/cache)")
+    io_.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
+    io_.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
+    tg = parser.add_argument_group("training (TrainConfig; defaults made the bundled model)")
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        tg.add_argument(flag, dest="train_" + field.name, type=_field_type(field.default), default=None,
+                        metavar=field.name.upper(), help=f"{_TRAIN_HELP[field.name]} (default: {field.default})")
+    mg = parser.add_argument_group("model (ModelConfig)")
+    for field in dataclasses.fields(ModelConfig):
+        flag = "--" + field.name.replace("_", "-")
+        mg.add_argument(flag, dest="model_" + field.name, type=_field_type(field.default), default=None,
+                        metavar=field.name.upper(), help=f"{_MODEL_HELP[field.name]} (default: {field.default})")
+    parser.set_defaults(func=_train_cli)
+
+
+def _given(args, prefix: str) -> dict:
+    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
+
+
+def _threads(n):
+    from contextlib import nullcontext
+
+    if n is None:
+        return nullcontext()
+    if n < 1:
+        raise ValueError(f"--threads must be >= 1, got {n}")
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(n)
+
+
+def _train_cli(args) -> int:
+    from .tokenizer import Tokenizer
+
+    train_opts, model_opts = _given(args, "train_"), _given(args, "model_")
+    progress = not args.no_progress
+    if args.resume:
+        trainer = Trainer.resume(args.out, args.cache_dir, progress)
+        stored = {**{"train_" + k: v for k, v in trainer.config.to_dict().items()},
+                  **{"model_" + k: v for k, v in trainer.model_config.to_dict().items()}}
+        for key, value in {**{"train_" + k: v for k, v in train_opts.items()},
+                           **{"model_" + k: v for k, v in model_opts.items()}}.items():
+            if stored[key] != value:
+                flag = "--" + key.split("_", 1)[1].replace("_", "-")
+                raise ValueError(f"{flag} {value} differs from the resumed run's {stored[key]}; "
+                                 "a resumed run keeps its configuration")
+        for flag, given, kept in (("--data", args.data, trainer.train_hashes),
+                                  ("--valid", args.valid, trainer.valid_hashes)):
+            if given and text_sha256s(resolve_sources(given, args.cache_dir, progress=progress)) != kept:
+                raise ValueError(f"{flag} {' '.join(given)} is not the data the resumed run was trained on")
+        trainer._log(f"resuming {args.out} at step {trainer.step} of {trainer.config.steps}")
+    else:
+        if not args.data:
+            raise ValueError("--data is required: text files or folders to train on (or --resume)")
+        state = Path(args.out) / "train_state.safetensors"
+        if state.exists():
+            raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
+                             "or choose another --out")
+        config = TrainConfig(**train_opts)
+        tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
+        if tokenizer is not None:
+            if "vocab_size" in model_opts and model_opts["vocab_size"] != tokenizer.vocab_size:
+                raise ValueError(f"--vocab-size {model_opts['vocab_size']} differs from the tokenizer's "
+                                 f"{tokenizer.vocab_size} ids")
+            model_opts.setdefault("vocab_size", tokenizer.vocab_size)
+        if "dim" in model_opts and "ffn_dim" not in model_opts:
+            model_opts["ffn_dim"] = ModelConfig.llama_ffn_dim(model_opts["dim"])
+        model_config = ModelConfig(**model_opts)
+        cache = args.cache_dir or Path(args.out) / "cache"
+        train_files = resolve_sources(args.data, cache, progress=progress)
+        valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []
+        command = shlex.join(["glassllm", "train", *sys.argv[2:]]) if _invoked_as_train() else ""
+        with _threads(args.threads):
+            trainer = Trainer(config, model_config, train_files, args.out, valid_files, tokenizer,
+                              args.cache_dir, command, progress)
+        trainer._log(f"training {trainer.model.num_params():,} parameters on {len(trainer.train_ids):,} tokens "
+                     f"for {config.steps} steps of {config.tokens_per_step:,} tokens -> {args.out}")
+    with _threads(args.threads):
+        trainer.run(args.until)
+    if trainer.step == trainer.config.steps and progress:
+        line = f"done: {trainer.step} steps, {trainer.tokens_seen:,} tokens, {trainer.elapsed:.0f} s"
+        if trainer.last_eval is not None:
+            line += f"; held-out {trainer.last_eval.line()}"
+        print(line, file=sys.stderr)
+    return 0
+
+
+def _invoked_as_train() -> bool:
+    return len(sys.argv) > 1 and sys.argv[1] == "train"
+
+
+def _add_eval_cli(parser) -> None:
+    parser.description = (
+        "Held-out loss, perplexity and bits per byte of a model on text. The text is encoded with the model's "
+        "tokenizer and cut into non-overlapping windows of --seq-len tokens; every token but the first is "
+        "predicted once. loss = nats per predicted token, perplexity = exp(loss), bits/byte = total nats / "
+        "(ln 2 x UTF-8 bytes of the predicted tokens' text).")
+    parser.add_argument("--model", metavar="FILE", help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--data", nargs="+", metavar="PATH", required=True,
+                        help="text files or folders to evaluate on (same forms as train --data)")
+    parser.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
+    parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: 16)")
+    parser.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.set_defaults(func=_eval_cli)
+
+
+def _eval_cli(args) -> int:
+    from . import checkpoint
+
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    model, tokenizer, _ = (checkpoint.load_model(args.model) if args.model else checkpoint.load_bundled())
+    files = resolve_sources(args.data, progress=False)
+    with _threads(args.threads):
+        result = evaluate_text(model, tokenizer, [str(f) for f in files], args.seq_len, args.batch_size)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result)))
+    else:
+        print(result.line())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from .cli import main
+    sys.exit(main(["train", *sys.argv[1:]]))

@@ -1,0 +1,449 @@
+"""The training loop against a PyTorch twin, exact resume, atomic saves, evaluation, the CLI, the bundled model.
+
+Every run here is tiny (a few thousand parameters, text made by the test), so
+the file takes seconds; runs that must start fresh processes use subprocesses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glassllm import checkpoint
+from glassllm.cli import main
+from glassllm.config import ModelConfig
+from glassllm.data import WindowSampler
+from glassllm.optim import AdamW
+from glassllm.train import TrainConfig, Trainer, evaluate, evaluate_text, train_step
+from glassllm.tokenizer import Tokenizer
+
+TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
+
+
+def make_stories(n: int, seed: int) -> str:
+    """Story-like text in the shared files' layout (each story ends with an <|endoftext|> line)."""
+    rng = np.random.default_rng(seed)
+    names, things = ["Tom", "Lily", "Ben", "Mia", "Sam"], ["ball", "cat", "tree", "boat", "cake", "kite"]
+    moods = ["happy", "sad", "sleepy", "excited"]
+    stories = []
+    for _ in range(n):
+        a, b = rng.choice(names, 2, replace=False)
+        t, m = rng.choice(things), rng.choice(moods)
+        stories.append(f"Once upon a time, {a} had a {t}.\n{a} gave the {t} to {b}. {b} was {m}.\n"
+                       f"They played with the {t} all day.")
+    return "".join(s + "\n<|endoftext|>\n" for s in stories)
+
+
+@pytest.fixture
+def texts(tmp_path):
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train.write_text(make_stories(200, 0), encoding="utf-8")
+    valid.write_text(make_stories(20, 1), encoding="utf-8")
+    return train, valid
+
+
+# ----------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------
+
+def test_default_config_is_the_bundled_recipe():
+    c = TrainConfig()
+    assert (c.batch_size, c.seq_len, c.grad_clip, c.weight_decay) == (16, 256, 1.0, 0.1)
+    assert c.lr_at(0) == pytest.approx(c.lr / c.warmup_steps) and c.lr_at(c.warmup_steps) == c.lr
+    assert TrainConfig.from_dict(json.loads(c.to_json())) == c
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"steps": 0}, "steps must be >= 1"), ({"lr": -1.0}, "lr must be > 0"),
+    ({"min_lr": 1.0}, "min_lr"), ({"beta2": 1.0}, "beta2"), ({"dtype": "float16"}, "dtype"),
+    ({"grad_clip": -1.0}, "grad_clip"), ({"batch_size": 2.5}, "must be an int"),
+    ({"lr": float("nan")}, "finite"),
+])
+def test_config_rejects_bad_values(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        TrainConfig(**kwargs)
+
+
+# ----------------------------------------------------------------------------
+# 1. Training parity with PyTorch
+# ----------------------------------------------------------------------------
+
+def _torch_lr(step, peak, warmup, total, floor):
+    """The schedule written out again, independently of glassllm.optim."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return floor + (peak - floor) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def test_training_matches_pytorch_for_20_steps(make_model):
+    """AdamW + warm-up/cosine + clipping + accumulation of 2, float64: losses within 1e-8, then weights."""
+    torch = pytest.importorskip("torch")
+    from torch_reference import TorchLlama
+
+    config = ModelConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
+    peak, floor, warmup, steps, clip, wd, accum = 1e-2, 1e-3, 5, 20, 1.0, 0.1, 2
+    model = make_model(config, seed=3)                         # float64, trained-like weight scale
+    ref = TorchLlama(config.to_dict())
+    ref.load_glassllm_state(model.state_dict())
+
+    opt = AdamW(model.named_parameters(), lr=peak, betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
+    named = dict(ref.named_parameters())
+    decay = [p for n, p in named.items() if p.ndim >= 2]
+    no_decay = [p for n, p in named.items() if p.ndim < 2]
+    assert len(no_decay) == 2 * config.n_layers + 1            # the RMSNorm gains
+    topt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=peak, betas=(0.9, 0.95), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(topt, lambda s: _torch_lr(s, peak, warmup, steps, floor) / peak)
+
+    ids = np.random.default_rng(0).integers(0, config.vocab_size, size=3000).astype(np.uint16)
+    sampler = WindowSampler(ids, seq_len=16, batch_size=3, rng=np.random.default_rng(5))
+    clipped = 0
+    for step in range(steps):
+        batches = [sampler.next_batch() for _ in range(accum)]
+        loss, norm = train_step(model, opt, batches, _torch_lr(step, peak, warmup, steps, floor), clip, step + 1)
+
+        topt.zero_grad()
+        tloss = 0.0
+        for x, y in batches:
+            micro = ref.loss(x, y)
+            (micro / accum).backward()
+            tloss += micro.item() / accum
+        tnorm = torch.nn.utils.clip_grad_norm_(ref.parameters(), clip).item()
+        topt.step()
+        sched.step()
+
+        assert abs(loss - tloss) < 1e-8, f"step {step + 1}: loss {loss} vs torch {tloss}"
+        assert norm == pytest.approx(tnorm, rel=1e-8)
+        clipped += tnorm > clip
+    assert clipped >= 3, f"clipping triggered only {clipped} times; the test needs it to act"
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.data, named[name].detach().numpy(), rtol=0, atol=1e-9, err_msg=name)
+
+
+def test_non_finite_gradient_names_the_step_and_parameter(make_model):
+    from glassllm import autograd as ag
+
+    model = make_model(TINY, seed=0)
+    opt = AdamW(model.named_parameters(), lr=1e-3)
+    real_loss = model.loss
+
+    def loss_with_bad_gradient(x, y):
+        # sqrt at 0 is finite going forward, infinite going back: only norm.weight's gradient breaks.
+        return real_loss(x, y) + ag.sqrt(model.norm.weight * 0.0).sum()
+
+    model.loss = loss_with_bad_gradient
+    before = model.norm.weight.data.copy()
+    x = np.zeros((1, 4), dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"), \
+            pytest.raises(ValueError, match=r"^step 7: non-finite gradient in norm\.weight"):
+        train_step(model, opt, [(x, x)], 1e-3, 1.0, step=7)
+    assert np.array_equal(model.norm.weight.data, before)     # no update happened
+
+    model.loss = lambda x, y: real_loss(x, y) * float("inf")
+    with pytest.raises(ValueError, match=r"^step 2: the loss is inf"):
+        train_step(model, opt, [(x, x)], 1e-3, 1.0, step=2)
+
+
+# ----------------------------------------------------------------------------
+# Evaluation
+# ----------------------------------------------------------------------------
+
+def test_evaluate_matches_pytorch_and_counts_bytes(make_model, tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from torch_reference import TorchLlama
+
+    text = make_stories(6, 9) + "Caf\u00e9 na\u00efve \u201cquotes\u201d.\n"
+    tok = Tokenizer.train([make_stories(100, 2)], vocab_size=TINY.vocab_size)
+    ids = tok.encode_corpus(text)
+    T = 16
+    assert (len(ids) - 1) % T != 0                              # there is a short last window
+    model = make_model(TINY, seed=1)
+    result = evaluate(model, ids, tok, seq_len=T, batch_size=3)
+
+    ref = TorchLlama(TINY.to_dict())
+    ref.load_glassllm_state(model.state_dict())
+    nats = 0.0
+    with torch.no_grad():
+        for s in range(0, len(ids) - 1, T):
+            window = ids[s:s + T + 1].astype(np.int64)
+            logits = ref(window[None, :-1])[0]
+            nats += F.cross_entropy(logits, torch.as_tensor(window[1:]), reduction="sum").item()
+    n_bytes = len(text.encode("utf-8")) - len(tok.decode_bytes([int(ids[0])]))   # all but the first token
+    assert result.tokens == len(ids) - 1 and result.bytes == n_bytes
+    assert result.windows == math.ceil((len(ids) - 1) / T)
+    assert result.nats == pytest.approx(nats, rel=1e-10)
+    assert result.loss == pytest.approx(nats / (len(ids) - 1), rel=1e-10)
+    assert result.perplexity == pytest.approx(math.exp(nats / (len(ids) - 1)), rel=1e-10)
+    assert result.bits_per_byte == pytest.approx(nats / (math.log(2) * n_bytes), rel=1e-10)
+
+    # Only the first windows, and the same figures from text.
+    head = evaluate(model, ids, tok, seq_len=T, batch_size=3, max_windows=2)
+    assert head.tokens == 2 * T and head.windows == 2
+    assert evaluate_text(model, tok, text, seq_len=T, batch_size=3) == result
+
+
+# ----------------------------------------------------------------------------
+# 2. Exact resume (fresh processes)
+# ----------------------------------------------------------------------------
+
+def _cli(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "glassllm.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"glassllm {' '.join(map(str, args))} failed:\n{proc.stderr}")
+    return proc
+
+
+def _train_args(train, valid, out):
+    return ["train", "--data", train, "--valid", valid, "--out", out, "--steps", 20, "--batch-size", 4,
+            "--seq-len", 32, "--grad-accum", 2, "--warmup-steps", 3, "--lr", 1e-2, "--checkpoint-every", 4,
+            "--eval-every", 5, "--eval-windows", 4, "--vocab-size", 300, "--dim", 32, "--n-layers", 2,
+            "--n-heads", 4, "--n-kv-heads", 2, "--no-progress"]
+
+
+def _state(folder):
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "train_state.safetensors"), framework="numpy") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+def test_resume_is_bit_identical(texts, tmp_path):
+    train, valid = texts
+    straight, chunked = tmp_path / "straight", tmp_path / "chunked"
+    _cli(*_train_args(train, valid, straight))
+    _cli(*_train_args(train, valid, chunked), "--until", 10)
+    assert _state(chunked)[1]["step"] == "10"
+    _cli("train", "--out", chunked, "--resume", "--no-progress")        # a fresh process, no other options
+
+    (a, meta_a), (b, meta_b) = _state(straight), _state(chunked)
+    assert meta_a["step"] == meta_b["step"] == "20"
+    assert sorted(a) == sorted(b) and any(k.startswith("adam_v/") for k in a)
+    for key in a:                                                        # weights and both moments
+        assert a[key].dtype == np.float32 and np.array_equal(a[key], b[key]), key
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in rows]  # noqa: E731
+    hist_a, hist_b = json.loads(meta_a["history"]), json.loads(meta_b["history"])
+    assert len(hist_a) == 20 and drop(hist_a) == drop(hist_b)           # losses, norms, held-out: identical
+    assert meta_a["sampler"] == meta_b["sampler"]
+    # The inference files hold the same weights, and loss.csv has every step.
+    ma, _, info = checkpoint.load_model(straight / "model.safetensors")
+    mb, _, _ = checkpoint.load_model(chunked / "model.safetensors")
+    assert all(np.array_equal(ma.state_dict()[k], mb.state_dict()[k]) for k in ma.state_dict())
+    assert info["step"] == "20" and "valid_bits_per_byte" in info and info["command"].startswith("glassllm train")
+    assert len((chunked / "loss.csv").read_text().splitlines()) == 21
+    assert (chunked / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_refuses_changed_options_and_data(texts, tmp_path, capsys):
+    train, valid = texts
+    out = tmp_path / "run"
+    assert main([str(a) for a in _train_args(train, valid, out)] + ["--until", "2"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--lr", "0.5", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--lr 0.5 differs from the resumed run's 0.01" in err
+    assert main([str(a) for a in _train_args(train, valid, out)]) == 2          # the folder holds a run
+    assert "add --resume" in capsys.readouterr().err
+    train.write_text(make_stories(200, 0) + "One more.\n", encoding="utf-8")
+    assert main(["train", "--out", str(out), "--resume", "--no-progress"]) == 2
+    assert "changed since the run started" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------
+# 3. Atomic saves: kill a process in the middle of one
+# ----------------------------------------------------------------------------
+
+_KILL_SCRIPT = textwrap.dedent("""
+    import builtins, os, sys, time
+    from glassllm.config import ModelConfig
+    from glassllm.train import Trainer, TrainConfig
+
+    out, train, mode = sys.argv[1:4]
+    config = TrainConfig(steps=10, batch_size=2, seq_len=16, warmup_steps=1, checkpoint_every=1, eval_every=0)
+    model = ModelConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=32)
+    trainer = Trainer(config, model, [train], out, progress=False)
+    trainer.run(until=2)                                  # checkpoint at steps 1 and 2
+
+    def hang(what):
+        print("IN_SAVE", what, flush=True)
+        time.sleep(600)
+
+    target = {"state-half": ".train_state.safetensors.", "model-half": ".model.safetensors."}.get(mode)
+    real_open, real_replace = builtins.open, os.replace
+
+    class HalfWriter:
+        def __init__(self, f): self.f = f
+        def __enter__(self): return self
+        def __exit__(self, *exc): self.f.close()
+        def write(self, data):                            # write half the bytes, then die here
+            self.f.write(data[: len(data) // 2]); self.f.flush(); hang("write")
+
+    def open_(file, mode_="r", *args, **kwargs):
+        f = real_open(file, mode_, *args, **kwargs)
+        name = os.path.basename(str(file))
+        if target and "w" in mode_ and name.startswith(target) and name.endswith(".tmp"):
+            return HalfWriter(f)
+        return f
+
+    def replace_(src, dst):
+        if mode == "state-rename" and os.path.basename(str(dst)) == "train_state.safetensors":
+            hang("rename")                                # the new file is complete but not in place
+        return real_replace(src, dst)
+
+    builtins.open, os.replace = open_, replace_
+    trainer.run(until=3)
+    print("NOT KILLED", flush=True)
+""")
+
+
+@pytest.mark.parametrize("mode, state_step", [("state-half", 2), ("state-rename", 2), ("model-half", 3)])
+def test_kill_during_save_leaves_a_loadable_checkpoint(texts, tmp_path, mode, state_step):
+    train, _ = texts
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, str(out), str(train), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("IN_SAVE"), f"child did not reach the save: {line!r} {proc.stderr.read()}"
+        assert list(out.glob(".*.tmp")), "the kill should find a temporary file being written"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    # The training state is the last complete one, and it continues.
+    resumed = Trainer.resume(out, progress=False)
+    assert resumed.step == state_step
+    resumed.run(until=state_step + 1)
+    assert resumed.step == state_step + 1
+    # The inference file from before the kill loads (it was never half-replaced).
+    _, _, meta = checkpoint.load_model(out / "model.safetensors")
+    assert int(meta["step"]) >= 2
+
+
+# ----------------------------------------------------------------------------
+# The CLI
+# ----------------------------------------------------------------------------
+
+def test_train_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    import dataclasses
+    for field in dataclasses.fields(TrainConfig) + dataclasses.fields(ModelConfig):
+        assert "--" + field.name.replace("_", "-") + " " in text, field.name
+    for flag in ("--data", "--valid", "--out", "--resume", "--until", "--tokenizer", "--cache-dir", "--threads"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--lr", "-1"], "TrainConfig.lr must be > 0, got -1.0"),
+    (["--seq-len", "600"], "seq_len=600 exceeds the model's max_seq_len=512"),
+    (["--n-heads", "3"], "not divisible"),
+    (["--data", "/no/such/file.txt"], "does not exist"),
+])
+def test_train_bad_input_is_one_line_exit_2(texts, tmp_path, capsys, argv, match):
+    train, _ = texts
+    args = ["train", "--data", str(train), "--out", str(tmp_path / "r"), "--no-progress"] + argv
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and match in err and "Traceback" not in err
+
+
+def test_tokenizer_option_and_eval_command(texts, tmp_path, capsys):
+    train, valid = texts
+    tok = Tokenizer.train([train], vocab_size=280)
+    tok.save(tmp_path / "tok.json")
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(train), "--out", str(out), "--tokenizer", str(tmp_path / "tok.json"),
+                 "--steps", "3", "--batch-size", "2", "--seq-len", "16", "--dim", "32", "--n-layers", "1",
+                 "--n-heads", "2", "--n-kv-heads", "1", "--no-progress"]) == 0
+    model, loaded_tok, meta = checkpoint.load_model(out / "model.safetensors")
+    assert loaded_tok.to_json() == tok.to_json() and model.config.vocab_size == 280
+    assert model.config.ffn_dim == ModelConfig.llama_ffn_dim(32)       # follows --dim
+    assert Tokenizer.load(out / "tokenizer.json").to_json() == tok.to_json()
+    capsys.readouterr()
+    assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid),
+                 "--seq-len", "16", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    expected = evaluate_text(model, tok, str(valid), seq_len=16)
+    assert figures["loss"] == pytest.approx(expected.loss, rel=1e-6)
+    assert figures["bytes"] == expected.bytes
+    assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--seq-len", "0"]) == 2
+
+
+# ----------------------------------------------------------------------------
+# 4. The bundled model
+# ----------------------------------------------------------------------------
+
+# A fixed slice of text written for this test. tools/finish_bundled.py evaluates the
+# bundled model on the same text and records its SHA-256 and loss in the model file.
+PROBE_TEXT = (
+    "Once upon a time, there was a little dog named Max. Max liked to run in the park with his red ball.\n"
+    "One day, Max saw a small bird on a tree. The bird was sad because it could not find its mom.\n"
+    "Max said, \"Do not be sad. I will help you!\" They looked under the big tree and near the pond.\n"
+    "At last, they found the mom bird. The little bird was so happy. Max wagged his tail and went home.\n"
+    "<|endoftext|>\n"
+)
+
+
+def _bundled():
+    path = checkpoint.bundled_model_path()
+    if not path.exists():
+        pytest.skip(f"the bundled model {path} is not there yet (tools/finish_bundled.py writes it "
+                    "when the training run ends)")
+    return path
+
+
+def test_bundled_model_reproduces_its_recorded_probe_loss():
+    path = _bundled()
+    assert path.stat().st_size <= 8 * 1024 * 1024
+    model, tok, meta = checkpoint.load_bundled()
+    assert meta["probe_sha256"] == hashlib.sha256(PROBE_TEXT.encode("utf-8")).hexdigest(), \
+        "the probe text here differs from the one tools/finish_bundled.py recorded"
+    result = evaluate_text(model, tok, PROBE_TEXT)
+    assert result.loss == pytest.approx(float(meta["probe_loss"]), rel=1e-5)
+    assert result.bits_per_byte == pytest.approx(float(meta["probe_bits_per_byte"]), rel=1e-5)
+    for key in ("command", "seed", "train_data_sha256", "tokens_seen", "wall_time_s", "valid_loss",
+                "valid_bits_per_byte"):
+        assert meta.get(key), key
+
+
+def test_bundled_model_loads_without_network():
+    _bundled()
+    code = textwrap.dedent("""
+        import socket
+        def refuse(*a, **k):
+            raise OSError("network used")
+        socket.socket = refuse
+        socket.create_connection = refuse
+        from glassllm.checkpoint import load_bundled
+        model, tok, meta = load_bundled()
+        print(model(tok.encode("Once upon a time")).shape[-1])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if "PROXY" not in k.upper()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1024"
+
+
+def test_bundled_card_matches_the_model_file():
+    _bundled()
+    card = (Path(checkpoint.bundled_model_path()).parent / "MODEL_CARD.md").read_text(encoding="utf-8")
+    _, meta = checkpoint.read_header(checkpoint.bundled_model_path())
+    for key in ("command", "probe_loss", "valid_loss", "valid_bits_per_byte", "seed"):
+        assert meta[key] in card, key
