@@ -1,0 +1,835 @@
+"""Byte-level BPE: how glassllm turns text into the ids the model predicts.
+
+The vocabulary (1,024 ids by default) has three parts, in this order:
+
+- ids 0..255 are the 256 byte values, so every string (and every byte string)
+  can be encoded: nothing is ever "unknown";
+- ids 256.. are learned merges: merge ``i`` joins two existing tokens ``(a, b)``
+  into the new token ``256 + i`` whose bytes are ``bytes(a) + bytes(b)``;
+- the special tokens take the last ids. ``<|endoftext|>`` separates stories,
+  and is id 1023 in the default vocabulary.
+
+Example (the classic "aaabdaaabac" of the BPE literature, worked by hand in
+``tests/test_tokenizer.py``):
+
+>>> tok = Tokenizer.train(["aaabdaaabac"], vocab_size=261)
+>>> tok.merges
+[(97, 97), (97, 98), (256, 257), (97, 99)]
+>>> ids = tok.encode("aaabdaaabac<|endoftext|>", allowed_special="all")
+>>> ids, tok.pieces(ids)
+([258, 100, 258, 259, 260], ['aaab', 'd', 'aaab', 'ac', '<|endoftext|>'])
+>>> tok.decode(ids)
+'aaabdaaabac<|endoftext|>'
+
+Pre-tokenisation
+----------------
+Before BPE sees the text, :data:`PATTERN` cuts it into chunks, and merges never
+cross a chunk boundary. In the style of GPT-2, a chunk is one of (first
+alternative that matches wins):
+
+1. a contraction: ``'s 't 'm 'd 'll 've 're`` (also with the curly ``’``);
+2. a word: one optional leading space, then a run of *letters*;
+3. a number: one optional leading space, then ASCII digits;
+4. punctuation: one optional leading space, then a run of *punctuation*;
+5. a run of whitespace that leaves its last character to the next chunk, so
+   ``"a  b"`` splits as ``"a", " ", " b"``;
+6. any remaining whitespace (at the end of the text, or before a digit etc.).
+
+The character classes are spelled out as code-point ranges, so the pattern
+means exactly the same thing in Python's ``re`` (the only engine the runtime
+needs) and in the Oniguruma engine of Hugging Face ``tokenizers`` (the
+export), whatever Unicode version either of them knows:
+
+- *whitespace* is the Unicode ``White_Space`` set (25 characters);
+- *punctuation* is ASCII control characters and punctuation, the C1 controls,
+  the Latin-1 signs ``¡ … ¿ × ÷`` (but not the letters ``ª µ º``) and the
+  General Punctuation block U+2010..U+205E (dashes, curly quotes, ``…``);
+- *digits* are ``0-9``;
+- *letters* are everything else: all scripts, combining marks (so a decomposed
+  ``é`` stays in its word), CJK, emoji and other symbols.
+
+Training
+--------
+:meth:`Tokenizer.train` streams the text once and counts how often each
+distinct chunk occurs (memory grows with the number of *distinct* chunks, not
+with the size of the text). Then it repeats: pick the most frequent adjacent
+pair of tokens, weighted by chunk counts; add it as the next merge; rewrite
+only the chunks that contain it, updating the pair counts by the difference.
+An index pair -> chunks finds those chunks, and a heap finds the best pair.
+
+Ties are broken deterministically, with no dependence on hashing or on the
+machine: among pairs of equal count, the pair ``(a, b)`` with the smallest
+``a`` wins, then the smallest ``b``. A pair whose joined bytes already are a
+token (``"a"+"bc"`` after ``"ab"+"c"``) is skipped, so every id has its own
+distinct bytes.
+
+Encoding a chunk applies the merges in the order they were learned; the result
+of each distinct chunk is cached, which makes encoding fast on real text.
+
+File format (version 1)
+-----------------------
+A UTF-8 JSON object, one merge per line so that it reads (and diffs) well::
+
+    {
+      "format": "glassllm-tokenizer",
+      "version": 1,
+      "vocab_size": 1024,
+      "pattern": "['\\\\u2019](?:[sdmt]|ll|ve|re)| ?...",
+      "special_tokens": {"<|endoftext|>": 1023},
+      "merges": [
+        [32, 116, " t"],
+        [104, 101, "he"],
+        ...
+      ]
+    }
+
+``merges[i] = [a, b, piece]`` creates id ``256 + i`` from ids ``a`` and ``b``
+(both smaller than ``256 + i``); ``piece`` is the readable text of the new
+token, for people only, and is ignored when loading. ``vocab_size`` must equal
+``256 + len(merges) + len(special_tokens)`` and the special tokens must hold
+the last ids. Any other ``format``, a newer ``version``, or a file that breaks
+these rules is refused with a one-line ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import re
+from array import array
+from collections import Counter, defaultdict
+from itertools import chain, repeat
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair"]
+
+FORMAT = "glassllm-tokenizer"
+VERSION = 1
+EOT = "<|endoftext|>"
+
+# ----------------------------------------------------------------------------
+# The pre-tokenisation pattern
+# ----------------------------------------------------------------------------
+# Escapes are \xNN for ASCII and \uNNNN above it: both engines read them the
+# same way (Oniguruma reads \x80..\xff as raw bytes, so those are avoided).
+
+# Unicode White_Space. (Python's own \s also counts U+001C..U+001F, Oniguruma's
+# does not: one reason the class is spelled out.)
+_SPACE = r"\t\n\x0b\x0c\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_PUNCT = (
+    r"\x00-\x08\x0e-\x1f!-/:-@\[-`{-~\x7f"  # ASCII controls and punctuation
+    r"\u0080-\u0084\u0086-\u009f"  # C1 controls (U+0085 is whitespace)
+    r"\u00a1-\u00a9\u00ab-\u00b4\u00b6-\u00b9\u00bb-\u00bf\u00d7\u00f7"  # Latin-1 signs
+    r"\u2010-\u2027\u2030-\u205e"  # General Punctuation: dashes, quotes, bullets, ...
+)
+PATTERN = (
+    r"['\u2019](?:[sdmt]|ll|ve|re)"  # 1. contractions
+    r"| ?[^" + _SPACE + _PUNCT + r"0-9]+"  # 2. a word
+    r"| ?[0-9]+"  # 3. a number
+    r"| ?[" + _PUNCT + r"]+"  # 4. punctuation
+    r"|[" + _SPACE + r"]+(?![^" + _SPACE + r"])"  # 5. spaces, minus the last before a word
+    r"|[" + _SPACE + r"]+"  # 6. other spaces
+)
+_SPACE_CHARS = frozenset(re.findall("[" + _SPACE + "]", "".join(map(chr, range(0x3001)))))
+
+# ----------------------------------------------------------------------------
+# The one merge primitive, shared by training and encoding
+# ----------------------------------------------------------------------------
+
+
+def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """Replace every occurrence of ``pair`` in ``ids`` by ``new_id``, left to right.
+
+    Occurrences do not overlap: ``merge_pair([7, 7, 7], (7, 7), 9) == [9, 7]``.
+    """
+    a, b = pair
+    out = []
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == a and i + 1 < n and ids[i + 1] == b:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _learn_merges(chunk_counts: dict[str, int], n_merges: int, taken: set[bytes]) -> list[tuple[int, int]]:
+    """The training loop: ``n_merges`` merges learned from ``{chunk: count}``.
+
+    ``taken`` holds the bytes of tokens that merges must not recreate (the
+    special tokens); see the module docstring for the rules.
+    """
+    # Each distinct chunk becomes a "word": its list of byte ids, and its count.
+    words, freqs = [], []
+    for chunk, n in chunk_counts.items():
+        data = chunk.encode("utf-8", "surrogateescape")
+        if len(data) >= 2:
+            words.append(list(data))
+            freqs.append(n)
+
+    # Pair counts over the whole text, and which words hold each pair.
+    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+    where: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for w, ids in enumerate(words):
+        for pair in zip(ids, ids[1:]):
+            pair_counts[pair] += freqs[w]
+            where[pair].add(w)
+
+    # A max-heap by count through negated counts; equal counts fall back to the
+    # smallest (a, b). Entries go stale when a count changes: a fresh entry is
+    # pushed, and a popped entry is used only if it still equals the live count.
+    heap = [(-n, a, b) for (a, b), n in pair_counts.items()]
+    heapq.heapify(heap)
+
+    token_bytes = [bytes([i]) for i in range(256)]
+    known = set(token_bytes) | taken
+    skipped: set[tuple[int, int]] = set()
+    merges: list[tuple[int, int]] = []
+    while len(merges) < n_merges:
+        # 1. The most frequent pair whose bytes are not a token yet.
+        while heap:
+            neg, a, b = heapq.heappop(heap)
+            if pair_counts.get((a, b)) != -neg or (a, b) in skipped:
+                continue  # stale entry
+            if token_bytes[a] + token_bytes[b] in known:
+                skipped.add((a, b))
+                continue
+            break
+        else:
+            raise ValueError(
+                f"the training text allows only {len(merges)} merges, but {n_merges} are needed "
+                f"for this vocab_size; give more text or a smaller vocab_size"
+            )
+        pair, new_id = (a, b), 256 + len(merges)
+        merges.append(pair)
+        token_bytes.append(token_bytes[a] + token_bytes[b])
+        known.add(token_bytes[-1])
+
+        # 2. Rewrite only the words that hold the pair; collect how each pair's
+        #    count changes: minus the old word's pairs, plus the new word's.
+        delta: dict[tuple[int, int], int] = defaultdict(int)
+        for w in where.pop(pair):
+            old = words[w]
+            new = merge_pair(old, pair, new_id)
+            if len(new) == len(old):
+                continue  # the pair left this word in an earlier merge
+            f = freqs[w]
+            for p in zip(old, old[1:]):
+                delta[p] -= f
+            for p in zip(new, new[1:]):
+                delta[p] += f
+                if new_id in p:  # pairs without the new id were indexed already
+                    where[p].add(w)
+            words[w] = new
+
+        # 3. Apply the changes and push the fresh counts.
+        for p, d in delta.items():
+            if d == 0:
+                continue
+            n = pair_counts[p] + d
+            if n > 0:
+                pair_counts[p] = n
+                if p not in skipped:
+                    heapq.heappush(heap, (-n, p[0], p[1]))
+            else:
+                del pair_counts[p]
+        assert pair not in pair_counts, "a merge must consume every occurrence of its pair"
+    return merges
+
+
+# ----------------------------------------------------------------------------
+# Reading text: strings, files and folders, streamed in blocks
+# ----------------------------------------------------------------------------
+
+_BLOCK_CHARS = 1 << 20  # characters read from a file at a time
+_MAX_CARRY = 1 << 26  # give up looking for a clean cut past this many characters
+
+
+def _is_path(item: str) -> bool:
+    """Whether a str names a file or folder rather than being text itself.
+
+    It must be one line and end in ``.txt``, or hold a ``/`` (or ``os.sep``)
+    and exist. Anything else is text; pass ``pathlib.Path`` to leave no doubt.
+    """
+    if len(item) > 4096 or "\n" in item or "\x00" in item:
+        return False
+    if item.lower().endswith(".txt"):
+        return True
+    return ("/" in item or os.sep in item) and os.path.exists(item)
+
+
+def _files(path) -> list[Path]:
+    """The files a path stands for: itself, or every *.txt below a folder (sorted)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        return sorted(f for f in p.rglob("*.txt") if f.is_file())
+    raise ValueError(f"no such file or folder: {str(path)!r}")
+
+
+def _safe_cut(text: str, specials: tuple[str, ...]) -> int:
+    """The last position where ``text`` can be cut without changing its chunks.
+
+    A newline or space right after a non-space character always starts a new
+    chunk, and the chunks before it never look past it (see :data:`PATTERN`).
+    The cut must not fall inside a special token. Returns 0 if there is none.
+    """
+    for sep in ("\n", " "):
+        i = len(text)
+        while (i := text.rfind(sep, 0, i)) > 0:
+            if text[i - 1] not in _SPACE_CHARS and not any(
+                    s in text[max(0, i - len(s) + 1): i + len(s) - 1] for s in specials):
+                return i
+    return 0
+
+
+def _read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
+    """Yield a file's text in blocks cut where :func:`_safe_cut` allows.
+
+    The file is read as UTF-8; bytes that are not UTF-8 come through as lone
+    surrogates (``surrogateescape``) and are encoded back to the same bytes.
+    Newlines are kept as they are in the file.
+    """
+    try:
+        f = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    except OSError as e:
+        raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    with f:
+        carry = ""
+        while block := f.read(_BLOCK_CHARS):
+            text = carry + block
+            cut = _safe_cut(text, specials)
+            if cut == 0 and len(text) > _MAX_CARRY:
+                cut = len(text)  # a huge run without a clean cut: split it anyway
+            if cut:
+                yield text[:cut]
+            carry = text[cut:]
+        if carry:
+            yield carry
+
+
+def _documents(source, specials: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
+    """Yield ``(text, from_file)`` pieces from a str, a path, or an iterable of them.
+
+    Each piece is pre-tokenised on its own. Items are text, or paths: any
+    ``os.PathLike``, or a ``str`` that :func:`_is_path` accepts.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    elif isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
+        raise TypeError(f"expected text, a path, or an iterable of them, got {type(source).__name__}")
+    for item in source:
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and _is_path(item)):
+            for file in _files(item):
+                for block in _read_blocks(file, specials):
+                    yield block, True
+        elif isinstance(item, str):
+            yield item, False
+        else:
+            raise TypeError(f"expected a str of text or a path, got {type(item).__name__}")
+
+
+def _check_text(text: str) -> None:
+    """Refuse strs that are not Unicode text (lone surrogates have no UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"text has a lone surrogate {text[e.start]!r} at index {e.start}, "
+                         "which is not valid Unicode; use encode_bytes for raw bytes") from None
+
+
+# ----------------------------------------------------------------------------
+# Readable pieces
+# ----------------------------------------------------------------------------
+
+# Control characters would move the cursor or vanish: show them as escapes.
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+
+
+def _readable(data: bytes) -> str:
+    """Display text for some bytes: UTF-8 where it is, ``\\xNN`` for the rest."""
+    return data.decode("utf-8", "backslashreplace").translate(_CONTROL_ESCAPES)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map from each byte to a printable character (used by HF byte-level BPE).
+
+    Printable Latin-1 bytes map to themselves; the other 68 (controls, space,
+    NBSP, soft hyphen) map to U+0100 onwards, in byte order.
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+# ----------------------------------------------------------------------------
+# The tokenizer
+# ----------------------------------------------------------------------------
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer: 256 bytes, learned merges, then special tokens.
+
+    Build one with :meth:`train` or :meth:`load`/:meth:`from_json`; the
+    constructor takes the merges and special tokens directly and checks them.
+    """
+
+    _CACHE_LIMIT = 1 << 18  # distinct chunks remembered by the encoder
+
+    def __init__(self, merges, special_tokens=None, pattern: str = PATTERN):
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str, got {type(pattern).__name__}")
+        try:
+            self._split = re.compile(pattern).findall
+        except re.error as e:
+            raise ValueError(f"pattern is not a valid regular expression: {e}") from None
+        self._pattern = pattern
+
+        # Merges: merge i makes id 256 + i from two earlier ids.
+        self._merges: list[tuple[int, int]] = []
+        self._bytes: list[bytes] = [bytes([i]) for i in range(256)]
+        self._ranks: dict[tuple[int, int], int] = {}  # pair -> the id it makes
+        for i, m in enumerate(merges):
+            new_id = 256 + i
+            if not (isinstance(m, (tuple, list)) and len(m) == 2
+                    and all(type(x) is int and 0 <= x < new_id for x in m)):
+                raise ValueError(f"merge {i} is {m!r}, expected two ids below {new_id}")
+            pair = (m[0], m[1])
+            if pair in self._ranks:
+                raise ValueError(f"merge {i} repeats the pair {pair}")
+            self._merges.append(pair)
+            self._ranks[pair] = new_id
+            self._bytes.append(self._bytes[pair[0]] + self._bytes[pair[1]])
+
+        # Special tokens: the last ids, in order.
+        special_tokens = {} if special_tokens is None else special_tokens
+        if not isinstance(special_tokens, dict):
+            raise TypeError(f"special_tokens must be a dict name -> id, got {type(special_tokens).__name__}")
+        self._special: dict[str, int] = {}
+        for name, sid in special_tokens.items():
+            expected = len(self._bytes)
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"special token name {name!r} must be a non-empty str")
+            if sid != expected or type(sid) is not int:
+                raise ValueError(f"special token {name!r} has id {sid!r}, expected {expected} "
+                                 "(special tokens take the ids right after the merges)")
+            _check_text(name)
+            self._special[name] = sid
+            self._bytes.append(name.encode("utf-8"))
+        if len(set(self._bytes)) != len(self._bytes):
+            seen = {}
+            for i, b in enumerate(self._bytes):
+                if b in seen:
+                    raise ValueError(f"ids {seen[b]} and {i} have the same bytes {_readable(b)!r}; "
+                                     "expected every token to be distinct")
+                seen[b] = i
+        if len(self._bytes) > 1 << 16:
+            raise ValueError(f"vocabulary has {len(self._bytes)} ids, expected at most 65536 (uint16)")
+
+        # Special tokens are found before pre-tokenisation, longest first.
+        self._special_re = self._special_regex(self._special)
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    # -- training ------------------------------------------------------------
+
+    @classmethod
+    def train(cls, texts, vocab_size: int = 1024, special_tokens=(EOT,)) -> "Tokenizer":
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``texts``.
+
+        ``texts`` is a str, a path, or an iterable of strs and paths. Paths
+        (``os.PathLike``, or a one-line str that ends in ``.txt`` or holds a
+        ``/`` and exists) name text files or folders (every ``*.txt`` below,
+        sorted); files are streamed in blocks. Each file and each str is a
+        separate document. Special tokens found in the text are boundaries:
+        never merged across, never learned. Raises ``ValueError`` if the text
+        has too few pairs for ``vocab_size``.
+        """
+        if isinstance(special_tokens, str):
+            raise TypeError(f"special_tokens must be a sequence of str, got the str {special_tokens!r}")
+        specials = tuple(special_tokens)
+        if type(vocab_size) is not int:
+            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+        for s in specials:
+            if not isinstance(s, str) or len(s.encode("utf-8", "surrogatepass")) < 2:
+                raise ValueError(f"special token {s!r} must be a str of at least 2 bytes "
+                                 "(single bytes are tokens already)")
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"special tokens {specials!r} must be distinct")
+        n_merges = vocab_size - 256 - len(specials)
+        if n_merges < 0 or vocab_size > 1 << 16:
+            raise ValueError(f"vocab_size={vocab_size} must be between {256 + len(specials)} "
+                             f"(256 bytes + {len(specials)} special tokens) and 65536")
+
+        # 1. Count the distinct chunks, cutting the text at special tokens.
+        split = re.compile(PATTERN).findall
+        special_re = cls._special_regex(dict.fromkeys(specials))
+        counts: Counter[str] = Counter()
+        for text, from_file in _documents(texts, specials):
+            if not from_file:
+                _check_text(text)
+            parts = special_re.split(text) if special_re else [text]
+            for part in parts[::2]:  # the odd parts are the special tokens themselves
+                counts.update(split(part))
+
+        # 2. Learn the merges, and lay out the vocabulary.
+        taken = {s.encode("utf-8") for s in specials}
+        merges = _learn_merges(counts, n_merges, taken)
+        first = 256 + n_merges
+        return cls(merges, {s: first + i for i, s in enumerate(specials)}, PATTERN)
+
+    # -- encoding ------------------------------------------------------------
+
+    def _encode_chunk(self, chunk: str) -> tuple[int, ...]:
+        """BPE on one chunk: apply the merges in the order they were learned."""
+        ids = list(chunk.encode("utf-8", "surrogateescape"))
+        ranks, merges, never = self._ranks, self._merges, len(self._bytes)
+        while len(ids) >= 2:
+            # The present pair learned first is the one whose new id is smallest.
+            new_id = min(map(ranks.get, zip(ids, ids[1:]), repeat(never)))
+            if new_id == never:
+                break  # no pair of this chunk is a merge
+            ids = merge_pair(ids, merges[new_id - 256], new_id)
+        return tuple(ids)
+
+    def _encode_ordinary(self, text: str, out) -> None:
+        """Append the ids of ``text`` (no special tokens) to ``out``."""
+        cache = self._cache
+        if len(cache) > self._CACHE_LIMIT:
+            cache.clear()
+        chunks = self._split(text)
+        # Run BPE once per distinct chunk that is new, then look every chunk up.
+        for chunk in set(chunks).difference(cache):
+            cache[chunk] = self._encode_chunk(chunk)
+        out += chain.from_iterable(map(cache.__getitem__, chunks))
+
+    def _encode_with_specials(self, text: str, allowed: dict[str, int], out) -> None:
+        """Append the ids of ``text``, turning the ``allowed`` special tokens into their ids."""
+        if not allowed:
+            self._encode_ordinary(text, out)
+            return
+        pattern = self._special_re if allowed is self._special else self._special_regex(allowed)
+        parts = pattern.split(text)
+        for i, part in enumerate(parts):
+            if i % 2:
+                out.append(allowed[part])
+            elif part:
+                self._encode_ordinary(part, out)
+
+    def _allowed(self, allowed_special) -> dict[str, int]:
+        if isinstance(allowed_special, str):
+            if allowed_special == "none":
+                return {}
+            if allowed_special == "all":
+                return self._special
+            raise ValueError(f"allowed_special={allowed_special!r}, expected 'none', 'all' or a set of names")
+        if not isinstance(allowed_special, (set, frozenset, list, tuple)):
+            raise TypeError(f"allowed_special must be 'none', 'all' or a set, got {type(allowed_special).__name__}")
+        for name in allowed_special:
+            if name not in self._special:
+                raise ValueError(f"{name!r} is not a special token of this tokenizer, "
+                                 f"expected one of {sorted(self._special)}")
+        return {name: self._special[name] for name in allowed_special}
+
+    def encode(self, text: str, allowed_special="none") -> list[int]:
+        """The ids of ``text``.
+
+        Special tokens become their ids only if ``allowed_special`` allows them
+        (``"all"``, or a set of names); otherwise their text is ordinary text.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, got {type(text).__name__}"
+                            + ("; use encode_bytes for bytes" if isinstance(text, (bytes, bytearray)) else ""))
+        _check_text(text)
+        out: list[int] = []
+        self._encode_with_specials(text, self._allowed(allowed_special), out)
+        return out
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """The ids of arbitrary bytes (never special tokens); inverse of :meth:`decode_bytes`."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode_bytes expects bytes, got {type(data).__name__}")
+        # Non-UTF-8 bytes become lone surrogates, which the chunks encode back.
+        out: list[int] = []
+        self._encode_ordinary(bytes(data).decode("utf-8", "surrogateescape"), out)
+        return out
+
+    def encode_corpus(self, text_or_paths) -> np.ndarray:
+        """Encode a big corpus fast, with every special token allowed: a uint16 array.
+
+        ``text_or_paths`` is a str of text, a path, or an iterable of them (as
+        for :meth:`train`); files are streamed, and their ids are concatenated.
+        ``<|endoftext|>`` lines between stories become :attr:`eot_id`.
+        """
+        out = array("H")
+        for text, from_file in _documents(text_or_paths, tuple(self._special)):
+            if not from_file:
+                _check_text(text)
+            ids: list[int] = []
+            self._encode_with_specials(text, self._special, ids)
+            out.extend(ids)
+        return np.frombuffer(out, dtype=np.uint16).copy()
+
+    # -- decoding and display ------------------------------------------------
+
+    def _check_ids(self, ids) -> list[int]:
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
+            ids = ids.tolist()
+        elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
+        ids = list(ids)
+        n = len(self._bytes)
+        for i in ids:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+                raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")
+            if not 0 <= i < n:
+                raise ValueError(f"token id {i} is out of range, expected 0 <= id < {n}")
+        return ids
+
+    def decode_bytes(self, ids) -> bytes:
+        """The bytes of ``ids`` (special tokens give their text's bytes)."""
+        table = self._bytes
+        return b"".join([table[i] for i in self._check_ids(ids)])
+
+    def decode(self, ids) -> str:
+        """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def piece(self, token_id: int) -> str:
+        """Readable text of one id, for display only.
+
+        Bytes that are not complete UTF-8 show as ``\\xNN`` escapes, control
+        characters as ``\\n``, ``\\t``, ``\\xNN``; special tokens as their name.
+        """
+        (i,) = self._check_ids([token_id])
+        if i >= 256 + len(self._merges):
+            return self._bytes[i].decode("utf-8")  # a special token: its name
+        return _readable(self._bytes[i])
+
+    def pieces(self, ids) -> list[str]:
+        """:meth:`piece` of each id."""
+        return [self.piece(i) for i in self._check_ids(ids)]
+
+    # -- properties ------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids: 256 + merges + special tokens."""
+        return len(self._bytes)
+
+    @property
+    def eot_id(self) -> int:
+        """The id of ``<|endoftext|>``."""
+        if EOT not in self._special:
+            raise ValueError(f"this tokenizer has no {EOT} token; its special tokens are {sorted(self._special)}")
+        return self._special[EOT]
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Special token name -> id (a copy)."""
+        return dict(self._special)
+
+    @property
+    def merges(self) -> list[tuple[int, int]]:
+        """The merges ``(a, b)`` in order; merge ``i`` made id ``256 + i``."""
+        return list(self._merges)
+
+    @property
+    def pattern(self) -> str:
+        """The pre-tokenisation regex (see the module docstring)."""
+        return self._pattern
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, special_tokens={self._special})"
+
+    @staticmethod
+    def _special_regex(specials) -> re.Pattern | None:
+        """A regex with one capture group matching any special token, longest first."""
+        if not specials:
+            return None
+        names = sorted(specials, key=lambda s: (-len(s), s))
+        return re.compile("(" + "|".join(map(re.escape, names)) + ")")
+
+    # -- files -----------------------------------------------------------------
+
+    def to_json(self) -> str:
+        """The tokenizer as a JSON document (format in the module docstring)."""
+        head = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size,
+                "pattern": self._pattern, "special_tokens": self._special}
+        lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
+        merges = [json.dumps([a, b, self.piece(256 + i)], ensure_ascii=False)
+                  for i, (a, b) in enumerate(self._merges)]
+        lines.append('  "merges": [' + ("\n    " + ",\n    ".join(merges) + "\n  " if merges else "") + "]")
+        return "\n".join(lines) + "\n}\n"
+
+    @classmethod
+    def from_json(cls, text) -> "Tokenizer":
+        """Rebuild a tokenizer from :meth:`to_json`'s output; ``ValueError`` if it is not one."""
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError("tokenizer document is not UTF-8 text") from None
+        if not isinstance(text, str):
+            raise TypeError(f"from_json expects a str, got {type(text).__name__}")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"tokenizer document is not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"not a glassllm tokenizer: format is {found!r}, expected {FORMAT!r}")
+        if doc.get("version") != VERSION:
+            raise ValueError(f"tokenizer format version {doc.get('version')!r} is not supported, expected {VERSION}")
+        for key, kind in (("pattern", str), ("special_tokens", dict), ("merges", list), ("vocab_size", int)):
+            if not isinstance(doc.get(key), kind):
+                raise ValueError(f"tokenizer field {key!r} is {doc.get(key)!r:.60}, expected a {kind.__name__}")
+        merges = []
+        for i, m in enumerate(doc["merges"]):
+            if not (isinstance(m, list) and len(m) in (2, 3)):
+                raise ValueError(f"merge {i} is {m!r:.60}, expected [id_a, id_b, piece]")
+            merges.append(tuple(m[:2]))
+        tok = cls(merges, doc["special_tokens"], doc["pattern"])
+        if tok.vocab_size != doc["vocab_size"]:
+            raise ValueError(f"vocab_size is {doc['vocab_size']}, but the merges and special tokens "
+                             f"make {tok.vocab_size}")
+        return tok
+
+    def save(self, path) -> None:
+        """Write :meth:`to_json` to ``path`` atomically (temporary file, then rename)."""
+        from .checkpoint import atomic_write
+
+        atomic_write(path, self.to_json())
+
+    @classmethod
+    def load(cls, path) -> "Tokenizer":
+        """Read a file written by :meth:`save`; every problem is one ``ValueError`` naming the file."""
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
+        except OSError as e:
+            raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
+        try:
+            return cls.from_json(data)
+        except ValueError as e:
+            raise ValueError(f"{str(path)!r}: {e}") from None
+
+    def to_hf_tokenizer_json(self) -> dict:
+        """This tokenizer as a Hugging Face ``tokenizers`` document (``tokenizer.json``).
+
+        A byte-level BPE model (tokens spelled with GPT-2's byte -> character
+        map), our merges, the special tokens as added tokens, and a
+        pre-tokenizer that splits with :attr:`pattern` before mapping bytes.
+        ``tokenizers.Tokenizer.from_str(json.dumps(...))`` then gives our ids
+        with every special token allowed.
+        """
+        char = _bytes_to_unicode()
+        spell = ["".join(char[b] for b in data) for data in self._bytes]
+        n_ordinary = 256 + len(self._merges)
+        vocab = {spell[i]: i for i in range(n_ordinary)}
+        vocab.update(self._special)
+        return {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": [
+                {"id": sid, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+                 "normalized": False, "special": True}
+                for name, sid in self._special.items()
+            ],
+            "normalizer": None,
+            "pre_tokenizer": {
+                "type": "Sequence",
+                "pretokenizers": [
+                    {"type": "Split", "pattern": {"Regex": self._pattern}, "behavior": "Isolated", "invert": False},
+                    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+                ],
+            },
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            "model": {
+                "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                "vocab": vocab,
+                "merges": [f"{spell[a]} {spell[b]}" for a, b in self._merges],
+            },
+        }
+
+
+# ----------------------------------------------------------------------------
+# The ``glassllm tokenize`` command
+# ----------------------------------------------------------------------------
+
+
+def add_cli(name: str, parser) -> None:
+    """Options of ``glassllm tokenize``: train a tokenizer, or show how one splits text."""
+    parser.add_argument("text", nargs="?", help="text to split into tokens (default: read stdin)")
+    parser.add_argument("--tokenizer", metavar="FILE",
+                        help="a tokenizer file, or a model file (default: the bundled model's tokenizer)")
+    parser.add_argument("--train", nargs="+", metavar="PATH",
+                        help="train a new tokenizer on these text files or folders")
+    parser.add_argument("--vocab-size", type=int, default=1024, help="ids in a new tokenizer (default 1024)")
+    parser.add_argument("--out", metavar="FILE", help="where --train writes the tokenizer")
+    parser.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    import sys
+    import time
+
+    if args.train:
+        if not args.out:
+            raise ValueError("--train needs --out FILE, the file to write the tokenizer to")
+        start = time.perf_counter()
+        tok = Tokenizer.train([Path(p) for p in args.train], vocab_size=args.vocab_size)
+        tok.save(args.out)
+        print(f"trained {tok!r} in {time.perf_counter() - start:.1f} s; wrote {args.out}")
+        return 0
+
+    tok = _cli_tokenizer(args.tokenizer)
+    text = args.text if args.text is not None else sys.stdin.read()
+    ids = tok.encode(text, allowed_special="all")
+    width = len(str(tok.vocab_size - 1))
+    for i in ids:
+        print(f"{i:>{width}}  {tok.piece(i)}")
+    size = len(text.encode("utf-8"))
+    print(f"{len(ids)} tokens for {size} bytes ({size / max(len(ids), 1):.2f} bytes/token)")
+    return 0
+
+
+def _cli_tokenizer(path) -> Tokenizer:
+    """A tokenizer file, or the tokenizer inside a model file (default: the bundled one)."""
+    from . import checkpoint
+
+    if path is None:
+        path = checkpoint.bundled_model_path()
+        if not path.exists():
+            raise ValueError("no bundled model in this installation; pass --tokenizer FILE")
+    try:
+        with open(path, "rb") as f:
+            is_json = f.read(1) == b"{"
+    except OSError as e:
+        raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    if is_json:
+        return Tokenizer.load(path)
+    _, meta = checkpoint.read_header(path)
+    try:
+        return Tokenizer.from_json(meta.get("tokenizer", ""))
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r}: bad tokenizer: {e}") from None
