@@ -254,12 +254,13 @@ _MAX_CARRY = 1 << 26  # give up looking for a clean cut past this many character
 def _is_path(item: str) -> bool:
     """Whether a str names a file or folder rather than being text itself.
 
-    It must be one line and end in ``.txt``, or hold a ``/`` (or ``os.sep``)
-    and exist. Anything else is text; pass ``pathlib.Path`` to leave no doubt.
+    It must be one line and end in ``.txt``, or be an existing file, or hold
+    a ``/`` (or ``os.sep``) and exist. Anything else is text (so ``"."`` is
+    text); pass ``pathlib.Path`` to leave no doubt.
     """
     if len(item) > 4096 or "\n" in item or "\x00" in item:
         return False
-    if item.lower().endswith(".txt"):
+    if item.lower().endswith(".txt") or os.path.isfile(item):
         return True
     return ("/" in item or os.sep in item) and os.path.exists(item)
 
@@ -451,8 +452,8 @@ class Tokenizer:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``texts``.
 
         ``texts`` is a str, a path, or an iterable of strs and paths. Paths
-        (``os.PathLike``, or a one-line str that ends in ``.txt`` or holds a
-        ``/`` and exists) name text files or folders (every ``*.txt`` below,
+        (``os.PathLike``, or a one-line str that ends in ``.txt``, is a file,
+        or holds a ``/`` and exists) name text files or folders (every ``*.txt`` below,
         sorted); files are streamed in blocks. Each file and each str is a
         separate document. Special tokens found in the text are boundaries:
         never merged across, never learned. Raises ``ValueError`` if the text
