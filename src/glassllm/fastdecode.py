@@ -1,0 +1,166 @@
+"""A lean forward pass for decoding: the same math as :class:`~glassllm.nn.Transformer`,
+in plain NumPy, with no autograd, no snapshots and fewer, bigger operations.
+
+Why it exists: at decode time a step is one token (n = 1), so every matrix is
+tiny and the module path spends most of its time in Python -- building
+``Tensor`` objects, checking shapes, asking a tracer that is not there. This
+path keeps the arithmetic and drops the bookkeeping:
+
+- the weights are packed once, already transposed for ``x @ W``: ``wq|wk|wv``
+  as one (C, (H+2G)D) matrix and ``w1|w3`` as one (C, 2F) matrix, so a layer
+  makes four GEMMs instead of seven. Each RMSNorm gain is folded into the rows
+  of the matrix that reads the norm's output (``(x r * w) @ W = (x r) @ (w W)``),
+  and w1 is halved (exact in binary) so SwiGLU needs no extra ``* 0.5``;
+- queries and keys are rotated together, as one array of H + G heads, by one
+  matmul with a (D, D) rotation matrix per position (RoPE's pairs as 2 x 2 blocks);
+- attention folds the r = H/G query heads that share a key/value head into
+  one matmul against that head's cached keys (nothing is copied per head).
+
+The reorderings change float rounding only (the test allows 1e-5 relative in
+float32 and 1e-12 in float64, and asks for the same tokens).
+
+It reads and writes the same :class:`~glassllm.nn.KVCache` as the module path
+(so the two can take turns in one generation) and follows its rules for
+positions and left padding. It sees the weights as they are when it is built;
+build a new one after changing them. It is tested equal to the module path
+(tests/test_generate.py); a tracer never sees it -- :func:`glassllm.generate.generate`
+uses the module path whenever a tracer is attached.
+
+Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
+G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .nn import KVCache, Transformer, causal_mask
+
+__all__ = ["FastDecoder"]
+
+
+class FastDecoder:
+    """``FastDecoder(model)(tokens, cache)``: logits of the last position, (B, V).
+
+    tokens (B, n) int ids at positions cache.start .. cache.start+n-1; the cache
+    advances by n, exactly as ``model(tokens, cache)`` would leave it.
+    """
+
+    def __init__(self, model: Transformer):
+        c = model.config
+        self.config = c
+        self.H, self.G, self.D = c.n_heads, c.n_kv_heads, c.head_dim
+        self.eps = c.norm_eps
+        self.scale = 1.0 / math.sqrt(c.head_dim)
+        self.embed = model.tok_embeddings.weight.data                       # (V, C)
+
+        def packed(norm, *linears):
+            w = np.concatenate([lin.weight.data for lin in linears])        # (out, C)
+            return np.ascontiguousarray(w.T * norm.weight.data[:, None])    # (C, out), gain folded in
+
+        self.layers = []
+        for block in model.layers:
+            a, f = block.attention, block.feed_forward
+            w13 = packed(block.ffn_norm, f.w1, f.w3)                         # (C, 2F)
+            w13[:, : c.ffn_dim] *= 0.5                                      # gate/2, exactly
+            self.layers.append((
+                packed(block.attention_norm, a.wq, a.wk, a.wv),             # (C, (H+2G)D)
+                np.ascontiguousarray(a.wo.weight.data.T),                   # (H*D, C)
+                w13,                                                        # (C, 2F)
+                np.ascontiguousarray(f.w2.weight.data.T),                   # (F, C)
+            ))
+        self.out = packed(model.norm, model.output)                         # (C, V)
+
+        # RoPE as a matmul: row-vector x @ R[p] turns each pair (x[2i], x[2i+1]) by angle p*w_i.
+        cos, sin = model.rotary.cos, model.rotary.sin                       # (max_len, D/2)
+        L, half = cos.shape
+        R = np.zeros((L, half, 2, half, 2), dtype=cos.dtype)                # (max_len, D/2, 2, D/2, 2)
+        i = np.arange(half)
+        R[:, i, 0, i, 0], R[:, i, 0, i, 1] = cos, sin                       # x[2i]   -> ( c, s)
+        R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -sin, cos                      # x[2i+1] -> (-s, c)
+        self.rot = R.reshape(L, 2 * half, 2 * half)                         # (max_len, D, D)
+
+    def _rms(self, x: np.ndarray) -> np.ndarray:
+        """x / rms(x) over the last axis (the gain lives in the next matrix): (N, C)."""
+        return x / np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1] + self.eps)
+
+    def __call__(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        tokens = np.asarray(tokens)
+        B, n = tokens.shape
+        N = B * n                                                           # rows: (b, i) pairs
+        H, G, D = self.H, self.G, self.D
+        r = H // G
+        start = cache.start
+        m = start + n
+        if m > cache.capacity:
+            raise ValueError(f"sequence of {m} positions (start {start} + {n} new) exceeds the cache capacity "
+                             f"{cache.capacity}")
+        pad = cache.pad
+
+        # Positions and the mask, by the module path's rules.
+        if pad is None:
+            rot = self.rot[start:m]                                         # (n, D, D)
+            rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
+            mask = causal_mask(n, m, start)[None] if n > 1 else None        # (1, n, m); one query sees all
+        else:
+            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
+            rot = self.rot[positions.reshape(-1)][:, None]                  # (N, 1, D, D)
+            mask = causal_mask(n, m, start)[None] | (np.arange(m)[None, None, :] < pad[:, None, None])  # (B, n, m)
+        if mask is not None:
+            mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
+
+        x = self.embed[tokens.reshape(-1)]                                  # (N, C)
+        for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):
+            # Attention: project, rotate q and k together, cache, read all m keys.
+            qkv = self._rms(x) @ wqkv                                       # (N, (H+2G)D)
+            qk = qkv[:, : (H + G) * D].reshape(N, H + G, D)                 # (N, H+G, D)
+            qk = (qk[:, :, None] @ rot)[:, :, 0] if rot.ndim == 4 else qk @ rot  # (N, H+G, D)
+            qk = qk.reshape(B, n, H + G, D)                                 # (B, n, H+G, D)
+            cache.k[layer, :, :, start:m] = qk[:, :, H:].transpose(0, 2, 1, 3)                 # (B, G, n, D)
+            cache.v[layer, :, :, start:m] = qkv[:, (H + G) * D:].reshape(B, n, G, D).transpose(0, 2, 1, 3)
+            keys, values = cache.k[layer, :, :, :m], cache.v[layer, :, :, :m]  # (B, G, m, D)
+
+            # Query head h = g*r + j reads K/V head g: fold the r heads of a group into rows.
+            q = qk[:, :, :H]                                                # (B, n, H, D)
+            if n == 1:
+                qg = q.reshape(B, G, r, D)                                  # (B, G, r*n, D)
+            else:
+                qg = q.reshape(B, n, G, r, D).transpose(0, 2, 3, 1, 4).reshape(B, G, r * n, D)  # (B, G, r*n, D)
+            s = qg @ keys.swapaxes(-1, -2)                                  # (B, G, r*n, m)
+            s *= self.scale
+            if mask is not None:
+                s = s.reshape(B, G, r, n, m)                                # (B, G, r, n, m)
+                s[np.broadcast_to(mask, s.shape)] = -np.inf
+                s = s.reshape(B, G, r * n, m)                               # (B, G, r*n, m)
+                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
+                peak[np.isneginf(peak)] = 0.0                               # a fully masked (padding) row
+            else:
+                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
+            s -= peak
+            np.exp(s, out=s)
+            total = np.add.reduce(s, axis=-1, keepdims=True)                # (B, G, r*n, 1)
+            if mask is not None:
+                total[total == 0] = 1.0                                     # padding rows stay all zero
+            s /= total                                                      # softmax, (B, G, r*n, m)
+            mix = s @ values                                                # (B, G, r*n, D)
+            if n == 1:
+                heads = mix.reshape(B, H * D)                               # (N, H*D)
+            else:
+                heads = mix.reshape(B, G, r, n, D).transpose(0, 3, 1, 2, 4).reshape(N, H * D)  # (N, H*D)
+            x = x + heads @ wo                                              # (N, C)
+
+            # SwiGLU: silu(g) * u = g * (1 + tanh(g/2)) / 2 * u, and the matrix already made g/2.
+            gu = self._rms(x) @ w13                                         # (N, 2F): (g/2 | u)
+            F = gu.shape[-1] // 2
+            half_gate, up = gu[:, :F], gu[:, F:]
+            act = np.tanh(half_gate)
+            act += 1.0
+            act *= half_gate
+            act *= up
+            x = x + act @ w2                                                # (N, C)
+
+        cache.start = m
+        last = x.reshape(B, n, -1)[:, -1]                                   # (B, C)
+        return self._rms(last) @ self.out                                   # (B, V)

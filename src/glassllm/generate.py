@@ -1,0 +1,388 @@
+"""Writing text: KV-cache decoding, one token at a time.
+
+How decoding runs (the spec's ``start``, ``n`` and ``m``)::
+
+    prefill   the prompt's L tokens go through the model once:   start = 0,      n = L, m = L
+    step 1    the token just drawn is fed back:                   start = L,      n = 1, m = L + 1
+    step s    ...                                                 start = L+s-1,  n = 1, m = L + s
+
+Every forward pass appends its n new rotated keys and values to the cache, so
+a step computes one query row against m = start + 1 cached keys instead of
+recomputing the whole sequence. Each :class:`Token` record carries the
+``step``, ``n``, ``start`` and ``m`` of the pass whose logits produced it.
+
+The policies this module fixes (each is tested):
+
+- **Sampling**: see :mod:`glassllm.sampling` (temperature, then top-k, then
+  top-p; T = 0 is greedy; filtered ids get probability 0).
+- **Stopping**: a row stops at ``<|endoftext|>`` (the record for it is yielded,
+  with ``text = ""`` and ``finish = "eot"``), after ``max_new_tokens`` tokens
+  (``finish = "length"``), or when its generated text -- not the prompt --
+  contains one of the ``stop`` strings (``finish = "stop"``). The token that
+  completes a stop string is yielded, so **the stop string is included** in the
+  text (records stream out as they are made and cannot be taken back).
+- **Context**: the prompt plus ``max_new_tokens`` must fit in the model's
+  context (``max_seq_len`` positions); otherwise ``generate`` raises
+  ``ValueError`` before any model work. There is no sliding window.
+- **Prompts**: a str is encoded with special tokens allowed, so the text
+  ``<|endoftext|>`` is the end-of-text id (a prompt of just that starts a
+  fresh story). An empty prompt is an error; a whitespace-only prompt is
+  valid text and is used as it is. A prompt may also be a sequence of ids.
+- **Randomness**: ``seed`` is an int or a ``np.random.Generator``; one uniform
+  number is drawn per sampled token (none when greedy). In a batch, row b uses
+  ``np.random.default_rng(seed + b)`` (or the b-th of a list of seeds or
+  generators), so row b of a batch equals ``generate(prompts[b], seed=seed + b)``.
+- **Errors**: every bad parameter raises ``ValueError`` (wrong types raise
+  :class:`~glassllm.sampling.ParameterTypeError`, which is both a
+  ``ValueError`` and a ``TypeError``), in one line, before any model work.
+
+Two ways to run the model, tested equal: the module path (``model(tokens,
+cache)``, whose snapshots an attached tracer sees) and a lean NumPy path
+(:mod:`glassllm.fastdecode`). ``fast=None`` picks the lean one unless a tracer
+is attached -- checked at every step -- so tracing always sees the real forward.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .autograd import no_grad
+from .nn import Transformer
+from .sampling import (
+    ParameterTypeError, _is_int, check_temperature, check_top_k, check_top_p, model_probs,
+    sample, sampling_distribution,
+)
+
+__all__ = ["Token", "generate", "generate_batch", "generate_text", "add_cli"]
+
+
+@dataclass(frozen=True)
+class Token:
+    """One generated token.
+
+    ``id``        the token id.
+    ``piece``     its readable text (:meth:`Tokenizer.piece`; ``""`` without a tokenizer).
+    ``text``      what it adds to the decoded text: a token that ends inside a
+                  multi-byte character adds ``""`` and the next one adds the
+                  whole character; ``""`` for ``<|endoftext|>``.
+    ``prob``      the model's own probability of this id, ``softmax(logits)`` over
+                  all V ids at T = 1 with no filters.
+    ``p_sampled`` its probability in the distribution it was actually drawn from
+                  (after temperature, top-k, top-p; 1.0 when greedy).
+    ``step``      0 for the first new token.
+    ``n``, ``start``, ``m``  the forward pass whose last logits gave this token:
+                  n new queries at positions start .. start+n-1 reading m = start + n keys.
+    ``row``       which prompt of a batch (0 for a single prompt).
+    ``top``       the most likely ids under the model, ((id, prob), ...), best first
+                  (as many as ``alternatives`` asked for).
+    ``finish``    on a row's last token: ``"eot"``, ``"stop"`` or ``"length"``; else None.
+    """
+
+    id: int
+    piece: str
+    text: str
+    prob: float
+    p_sampled: float
+    step: int
+    n: int
+    start: int
+    m: int
+    row: int = 0
+    top: tuple[tuple[int, float], ...] = ()
+    finish: str | None = None
+
+
+# ----------------------------------------------------------------------------
+# Validation (all of it happens before any model work)
+# ----------------------------------------------------------------------------
+
+def _check_prompt(prompt, model: Transformer, tokenizer, where: str = "prompt") -> list[int]:
+    V = model.config.vocab_size
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError(f"{where} is text but no tokenizer was given; pass a tokenizer or token ids")
+        if prompt == "":
+            raise ValueError(f"{where} is empty: give at least one character (or token id)")
+        return list(tokenizer.encode(prompt, allowed_special="all"))
+    if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, (Sequence, np.ndarray)):
+        raise ParameterTypeError(f"{where} must be a str or a sequence of token ids, got {type(prompt).__name__}")
+    arr = np.asarray(prompt)
+    if arr.ndim != 1:
+        raise ValueError(f"{where} token ids must be a flat sequence, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{where} is empty: give at least one token id")
+    if arr.dtype.kind not in "iu" or any(isinstance(i, (bool, np.bool_)) for i in prompt):
+        raise ParameterTypeError(f"{where} token ids must be ints, got {arr.dtype} values")
+    bad = (arr < 0) | (arr >= V)
+    if bad.any():
+        raise ValueError(f"{where} token id {arr[bad][0]} is out of range [0, {V})")
+    return [int(i) for i in arr]
+
+
+def _check_stop(stop, tokenizer) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)):
+        raise ParameterTypeError(f"stop must be a str or a list of str, got {type(stop).__name__}")
+    for s in stops:
+        if not isinstance(s, str):
+            raise ParameterTypeError(f"stop strings must be str, got {s!r}")
+        if s == "":
+            raise ValueError("stop string is empty: every text contains it")
+    if stops and tokenizer is None:
+        raise ValueError("stop strings need a tokenizer to turn tokens into text")
+    return tuple(stops)
+
+
+def _check_seeds(seed, batch: int) -> list[np.random.Generator]:
+    if isinstance(seed, np.random.Generator):
+        return [seed] * batch  # one shared stream, drawn row by row
+    if _is_int(seed):
+        if seed < 0:
+            raise ValueError(f"seed must be an int >= 0 or a numpy Generator, got {seed!r}")
+        return [np.random.default_rng(int(seed) + b) for b in range(batch)]
+    if isinstance(seed, (list, tuple)) and len(seed) == batch:
+        return [_check_seeds(s, 1)[0] for s in seed]
+    raise ParameterTypeError(f"seed must be an int >= 0, a numpy Generator, or a list of {batch} of them, "
+                             f"got {seed!r}")
+
+
+def _check_count(value, name: str, low: int, high: int | None = None) -> int:
+    if not _is_int(value):
+        raise ParameterTypeError(f"{name} must be an int >= {low}, got {value!r}")
+    if value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {span}, got {value!r}")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------
+# The API
+# ----------------------------------------------------------------------------
+
+def generate(model: Transformer, tokenizer, prompt, max_new_tokens: int = 128, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed=0, stop=None,
+             alternatives: int = 0, fast: bool | None = None) -> Iterator[Token]:
+    """Continue ``prompt`` token by token, yielding a :class:`Token` as each is drawn.
+
+    model: a :class:`~glassllm.nn.Transformer`; tokenizer: its
+    :class:`~glassllm.tokenizer.Tokenizer`, or None when ``prompt`` is ids (then
+    records have no text and ``<|endoftext|>`` does not stop generation).
+    prompt: a str or a sequence of ids. ``seed``: an int or a ``np.random.Generator``.
+    ``alternatives``: how many of the model's most likely ids to attach to each
+    record as ``top``. ``fast``: None = lean NumPy path unless a tracer is
+    attached; False = always the module path; True = lean path (an error if a
+    tracer is attached). Policies: see the module docstring.
+
+    Every parameter is checked here, eagerly: a bad one raises ``ValueError``
+    at the call, before any model work -- not at the first ``next()``.
+
+    >>> from glassllm.nn import Transformer
+    >>> model = Transformer(seed=0)
+    >>> [(t.step, t.n, t.start, t.m) for t in generate(model, None, [5, 6, 7], max_new_tokens=3)]
+    [(0, 3, 0, 3), (1, 1, 3, 4), (2, 1, 4, 5)]
+    """
+    return generate_batch(model, tokenizer, [prompt], max_new_tokens, temperature, top_k, top_p,
+                          [seed] if not isinstance(seed, np.random.Generator) else seed,
+                          stop, alternatives, fast, _where="prompt")
+
+
+def generate_text(model: Transformer, tokenizer, prompt: str, **kwargs) -> str:
+    """The generated text only (not the prompt), as one str; keywords as for :func:`generate`."""
+    return "".join(t.text for t in generate(model, tokenizer, prompt, **kwargs))
+
+
+def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int = 128, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None, seed=0, stop=None,
+                   alternatives: int = 0, fast: bool | None = None, _where: str | None = None
+                   ) -> Iterator[Token]:
+    """Decode several prompts of different lengths together, in one batch.
+
+    Prompts are left-padded to the longest (the cache masks the padding and
+    counts each row's positions from its first real token), so row b's tokens
+    equal ``generate(prompts[b], seed=seed + b)``. Yields the records of each
+    step in row order; a finished row yields nothing more. Row b's records
+    report its own ``n``, ``start`` and ``m``, without the padding.
+    """
+    if not isinstance(model, Transformer):
+        raise ParameterTypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
+    V = model.config.vocab_size
+    if tokenizer is not None and tokenizer.vocab_size != V:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects {V}")
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r:.60}")
+    ids = [_check_prompt(p, model, tokenizer, _where or f"prompt {b}") for b, p in enumerate(prompts)]
+    max_new = _check_count(max_new_tokens, "max_new_tokens", 1)
+    t = check_temperature(temperature)
+    k = check_top_k(top_k, V)
+    p = check_top_p(top_p)
+    stops = _check_stop(stop, tokenizer)
+    rngs = _check_seeds(seed, len(ids))
+    alternatives = _check_count(alternatives, "alternatives", 0, V)
+    if fast is not None and not isinstance(fast, bool):
+        raise ParameterTypeError(f"fast must be True, False or None, got {fast!r}")
+    if fast and model._tracer is not None:
+        raise ValueError("fast=True skips the snapshots, but a tracer is attached; use fast=None or False")
+    longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
+    if longest + max_new > ctx:
+        which = "the prompt" if len(ids) == 1 else "the longest prompt"
+        raise ValueError(f"{which} ({longest} tokens) plus max_new_tokens={max_new} exceeds the context of "
+                         f"{ctx} positions; shorten the prompt or ask for at most {max(ctx - longest, 0)} tokens")
+    return _decode(model, tokenizer, ids, max_new, t, k, p, stops, rngs, alternatives, fast)
+
+
+# ----------------------------------------------------------------------------
+# The decoding loop
+# ----------------------------------------------------------------------------
+
+def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rngs, alternatives, fast
+            ) -> Iterator[Token]:
+    from .fastdecode import FastDecoder
+
+    B = len(ids)
+    lengths = np.array([len(x) for x in ids])
+    longest = int(lengths.max())
+    pad = longest - lengths                                              # (B,) left padding per row
+    tokens = np.zeros((B, longest), dtype=np.int64)                      # (B, n); padding uses id 0
+    for b, row in enumerate(ids):
+        tokens[b, pad[b]:] = row
+    cache = model.new_cache(B, pad=pad if pad.any() else None)
+    lean = None if fast is False else FastDecoder(model)
+    eot = _eot_id(tokenizer)
+    utf8 = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(B)]
+    texts = [""] * B
+    alive = np.ones(B, dtype=bool)
+
+    for step in range(max_new):
+        start = cache.start
+        n = tokens.shape[1]
+        with no_grad():
+            if lean is not None and model._tracer is None:
+                logits = lean(tokens, cache)                             # (B, V) last position
+            else:
+                logits = model(tokens, cache).data[:, -1]                # (B, V)
+        probs = model_probs(logits)                                      # (B, V) the model's own
+        if temperature == 0.0:
+            chosen = logits.argmax(axis=-1)                              # (B,)
+            drawn_p = np.ones(B)
+        else:
+            if temperature == 1.0 and top_k is None and top_p in (None, 1.0):
+                dist = probs                                             # nothing to change
+            else:
+                dist = sampling_distribution(logits, temperature, top_k, top_p)  # (B, V)
+            chosen = np.array([sample(dist[b], rngs[b]) if alive[b] else 0 for b in range(B)])
+            drawn_p = dist[np.arange(B), chosen]
+
+        for b in np.flatnonzero(alive):
+            i = int(chosen[b])
+            finish = None
+            if i == eot:
+                text, finish = "", "eot"
+            else:
+                text = utf8[b].decode(tokenizer.decode_bytes([i])) if tokenizer is not None else ""
+                before = len(texts[b])
+                texts[b] += text
+                if stops and _hit(texts[b], before, stops):
+                    finish = "stop"
+            if finish is None and step == max_new - 1:
+                finish = "length"
+            if finish is not None and finish != "eot" and tokenizer is not None:
+                tail = utf8[b].decode(b"", final=True)                  # a dangling partial character
+                text += tail
+            row_start = start - int(pad[b]) if step else 0
+            row_n = n if step else int(lengths[b])
+            yield Token(
+                id=i, piece=tokenizer.piece(i) if tokenizer is not None else "", text=text,
+                prob=float(probs[b, i]), p_sampled=float(drawn_p[b]), step=step,
+                n=row_n, start=row_start, m=row_start + row_n, row=int(b),
+                top=_top(probs[b], alternatives) if alternatives else (), finish=finish,
+            )
+            if finish is not None:
+                alive[b] = False
+        if not alive.any():
+            return
+        tokens = chosen[:, None].astype(np.int64)                        # (B, 1) fed back; dead rows ride along
+
+
+def _eot_id(tokenizer) -> int | None:
+    if tokenizer is None:
+        return None
+    try:
+        return tokenizer.eot_id
+    except ValueError:
+        return None  # a tokenizer without <|endoftext|>: only length and stop strings end a row
+
+
+def _hit(text: str, before: int, stops: tuple[str, ...]) -> bool:
+    """Does ``text`` contain a stop string that ends in its part after ``before``?"""
+    return any(s in text[max(0, before - len(s) + 1):] for s in stops)
+
+
+def _top(probs: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    best = np.argpartition(-probs, k - 1)[:k] if k < len(probs) else np.arange(len(probs))
+    best = best[np.lexsort((best, -probs[best]))]                       # by prob, then lower id
+    return tuple((int(i), float(probs[i])) for i in best)
+
+
+# ----------------------------------------------------------------------------
+# The command line: glassllm generate PROMPT ...
+# ----------------------------------------------------------------------------
+
+def add_cli(name: str, parser) -> None:
+    parser.add_argument("prompt", metavar="PROMPT", help="the text to continue ('<|endoftext|>' starts a fresh story)")
+    parser.add_argument("--model", metavar="FILE", default=None,
+                        help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N",
+                        help="stop after N new tokens (default 200)")
+    parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                        help="softmax temperature; 0 = greedy (default 1.0)")
+    parser.add_argument("--top-k", type=int, default=None, metavar="K",
+                        help="keep the K most likely ids, 1..vocabulary (default: off)")
+    parser.add_argument("--top-p", type=float, default=None, metavar="P",
+                        help="then keep the smallest set of ids with mass >= P, 0 < P <= 1 (default: off)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--stop", action="append", default=None, metavar="STR",
+                        help="stop once the new text contains STR (included); repeatable")
+    parser.add_argument("--show-probs", action="store_true",
+                        help="one line per token: its probability and the top alternatives")
+    parser.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    from .checkpoint import bundled_model_path, load_model
+
+    if args.model is None:
+        path = bundled_model_path()
+        if not path.exists():
+            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
+                             "from this installation")
+    else:
+        path = args.model
+    model, tokenizer, _ = load_model(path)
+    records = generate(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
+                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                       seed=args.seed, stop=args.stop, alternatives=5 if args.show_probs else 0)
+    out = sys.stdout
+    if not args.show_probs:
+        out.write(args.prompt)
+        out.flush()
+        for t in records:
+            out.write(t.text)
+            out.flush()
+        out.write("\n")
+        return 0
+    out.write(f"prompt: {args.prompt!r} ({len(_check_prompt(args.prompt, model, tokenizer))} tokens)\n")
+    out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'prob':>7}  top alternatives\n")
+    for t in records:
+        alts = "  ".join(f"{tokenizer.piece(i)!r} {p:.3f}" for i, p in t.top if i != t.id)
+        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {t.piece!r:<16} {t.prob:>7.4f}  {alts}\n")
+        out.flush()
+        if t.finish:
+            out.write(f"[stopped: {t.finish}]\n")
+    return 0

@@ -1,0 +1,215 @@
+"""From logits to the distribution a token is drawn from, and the draw itself.
+
+Pure array functions, no model. The pipeline, in this order::
+
+    logits (V,) --/T--> softmax over all V --top-k--> --top-p--> renormalise over survivors --> draw
+
+- **Temperature** ``T``: the distribution is ``softmax(logits / T)`` over the
+  whole vocabulary. ``T = 1`` is the model's own distribution, ``T < 1``
+  sharpens it, ``T > 1`` flattens it. ``T = 0`` means *greedy*: all mass on the
+  arg-max (the lowest id among equal maxima). ``T`` must be a finite number >= 0.
+- **Top-k** (``None`` = off; else an int in [1, V]): only ids whose logit is at
+  least the k-th largest logit survive. Ids tied with the k-th logit all
+  survive, so more than k ids can survive a tie (Hugging Face's rule).
+- **Top-p** (``None`` = off; else a number in (0, 1]): applied *after* top-k, to
+  the top-k survivors' distribution renormalised over those survivors. Ids are
+  ranked by probability (ties: lower id first) and an id survives when the
+  probability of the ids ranked above it is < p -- the smallest prefix whose
+  mass reaches p. The most likely id always survives; ``p = 1`` keeps everything.
+- **The distribution sampled from** is ``softmax(logits / T)`` restricted to the
+  ids that survive both filters and renormalised over the survivors only.
+  Filtered-out ("forbidden") ids get probability exactly 0 and are never
+  drawn; they take no part in any normalisation.
+
+All arithmetic is float64, whatever the dtype of the logits.
+
+>>> sampling_distribution(np.array([2.0, 1.0, 0.0, -1.0]), temperature=1.0, top_k=2).round(4)
+array([0.7311, 0.2689, 0.    , 0.    ])
+>>> sampling_distribution(np.array([2.0, 1.0, 0.0, -1.0]), temperature=0).tolist()
+[1.0, 0.0, 0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ParameterTypeError", "SamplingConfig", "check_temperature", "check_top_k", "check_top_p",
+    "sampling_distribution", "sample", "model_probs",
+]
+
+
+class ParameterTypeError(TypeError, ValueError):
+    """A parameter of the wrong type. It is both a ``TypeError`` and a ``ValueError``,
+    so callers that catch ``ValueError`` for every bad parameter catch this too."""
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float; raise unless it is a finite number >= 0."""
+    if not _is_number(temperature):
+        raise ParameterTypeError(f"temperature must be a number >= 0, got {temperature!r}")
+    t = float(temperature)
+    if not math.isfinite(t) or t < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    return t
+
+
+def check_top_k(top_k, vocab_size: int) -> int | None:
+    """``top_k`` as an int (or None = off); raise unless it is in [1, vocab_size]."""
+    if top_k is None:
+        return None
+    if not _is_int(top_k):
+        raise ParameterTypeError(f"top_k must be an int in [1, {vocab_size}] or None, got {top_k!r}")
+    if not 1 <= top_k <= vocab_size:
+        raise ValueError(f"top_k must be in [1, {vocab_size}] (the vocabulary) or None, got {top_k!r}")
+    return int(top_k)
+
+
+def check_top_p(top_p) -> float | None:
+    """``top_p`` as a float (or None = off); raise unless it is in (0, 1]."""
+    if top_p is None:
+        return None
+    if not _is_number(top_p):
+        raise ParameterTypeError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
+    p = float(top_p)
+    if not (0.0 < p <= 1.0):  # also false for NaN
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    return p
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Validated sampling parameters; ``top_k`` is checked against ``vocab_size``.
+
+    >>> SamplingConfig(temperature=0.8, top_k=40, vocab_size=1024).greedy
+    False
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    vocab_size: int = 1024
+
+    def __post_init__(self):
+        if not _is_int(self.vocab_size) or self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be an int >= 1, got {self.vocab_size!r}")
+        object.__setattr__(self, "temperature", check_temperature(self.temperature))
+        object.__setattr__(self, "top_k", check_top_k(self.top_k, self.vocab_size))
+        object.__setattr__(self, "top_p", check_top_p(self.top_p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def distribution(self, logits) -> np.ndarray:
+        return sampling_distribution(logits, self.temperature, self.top_k, self.top_p)
+
+
+def _check_logits(logits) -> np.ndarray:
+    z = np.asarray(logits)
+    if z.dtype.kind not in "fiu" or z.ndim not in (1, 2) or z.shape[-1] == 0:
+        raise ValueError(f"logits must be a non-empty (V,) or (B, V) array of numbers, "
+                         f"got shape {z.shape} dtype {z.dtype}")
+    z = z.astype(np.float64)
+    if np.isnan(z).any() or np.isposinf(z).any():
+        raise ValueError("logits contain NaN or +inf: the model's output is broken")
+    if np.isneginf(z).all(axis=-1).any():
+        raise ValueError("logits are -inf for every id: no token can be drawn")
+    return z
+
+
+def model_probs(logits) -> np.ndarray:
+    """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64."""
+    z = _check_logits(logits)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))                     # (..., V)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> np.ndarray:
+    """The distribution actually sampled from, for logits (V,) or (B, V): same shape, float64.
+
+    Temperature, then top-k, then top-p, as the module docstring states. Rows
+    sum to 1; filtered-out ids are exactly 0.
+    """
+    z = _check_logits(logits)
+    squeeze = z.ndim == 1
+    z = z[None] if squeeze else z                                        # (B, V)
+    V = z.shape[-1]
+    t = check_temperature(temperature)
+    k = check_top_k(top_k, V)
+    p_top = check_top_p(top_p)
+    peak = z.max(axis=-1, keepdims=True)                                 # (B, 1)
+
+    if t == 0.0:
+        # Greedy: a point mass on the first arg-max. Every filter keeps that id.
+        out = np.zeros_like(z)
+        out[np.arange(len(z)), z.argmax(axis=-1)] = 1.0
+        return out[0] if squeeze else out
+
+    # 1. softmax(logits / T) over the whole vocabulary. (z - peak) <= 0, so even
+    #    a tiny T gives exp(-huge) = 0, never an overflow.
+    probs = np.exp((z - peak) / t)                                      # (B, V)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    keep = probs > 0                                                     # (B, V)
+
+    # 2. Top-k on the logits (the order does not depend on T): ties with the k-th survive.
+    if k is not None and k < V:
+        kth = np.partition(z, V - k, axis=-1)[:, V - k : V - k + 1]       # (B, 1)
+        keep &= z >= kth
+
+    # 3. Top-p on the top-k survivors, renormalised over them.
+    if p_top is not None and p_top < 1.0:
+        q = np.where(keep, probs, 0.0)
+        q /= q.sum(axis=-1, keepdims=True)                              # (B, V)
+        order = np.argsort(-q, axis=-1, kind="stable")                   # (B, V) most likely first
+        ranked = np.take_along_axis(q, order, axis=-1)                   # (B, V)
+        above = np.cumsum(ranked, axis=-1) - ranked                      # mass ranked above each id
+        above[:, 0] = 0.0                                                # the top id always survives
+        keep_ranked = above < p_top                                      # (B, V)
+        nucleus = np.zeros_like(keep)
+        np.put_along_axis(nucleus, order, keep_ranked, axis=-1)
+        keep &= nucleus
+
+    # 4. Restrict to the survivors and renormalise over them only.
+    out = np.where(keep, probs, 0.0)
+    out /= out.sum(axis=-1, keepdims=True)
+    return out[0] if squeeze else out
+
+
+def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarray | int:
+    """Draw ids from ``probs`` by inverting the cumulative distribution.
+
+    probs (V,): one id (an int), or ``size`` ids (an array) when ``size`` is given.
+    probs (B, V): one id per row, (B,). One uniform number is used per draw, so
+    the stream of draws depends only on the generator's state. An id with
+    probability 0 is never drawn.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ParameterTypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
+        raise ValueError(f"probs must be a (V,) or (B, V) array, got shape {probs.shape}")
+    if probs.ndim == 2 and size is not None:
+        raise ValueError("size is only for a single (V,) distribution")
+    cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
+    # The last id with positive mass: a draw that rounds past the end lands there.
+    last = probs.shape[-1] - 1 - np.argmax((probs > 0)[..., ::-1], axis=-1)
+    if probs.ndim == 1:
+        u = rng.random(size) * cdf[-1]
+        ids = np.minimum(np.searchsorted(cdf, u, side="right"), last)
+        return int(ids) if size is None else ids.astype(np.int64)
+    u = rng.random(len(probs)) * cdf[:, -1]                              # (B,)
+    ids = np.array([np.searchsorted(c, x, side="right") for c, x in zip(cdf, u)])
+    return np.minimum(ids, last).astype(np.int64)
