@@ -1,0 +1,717 @@
+"""The tracer (glassllm.trace) against independent references.
+
+- The registry equals what a full trace records, and every shape equals the
+  hand-written legend (default config, with and without a KV cache).
+- Every snapshot is recomputed in plain NumPy (float64) from the snapshots
+  before it: the rotation, the scaled scores, the mask, the softmax, the value
+  mix, W_O, the norms, the MLP, the logits.
+- A cached generation's snapshots equal the matching rows of one uncached forward.
+- Gradients equal central finite differences (taken by editing the snapshot
+  itself) and PyTorch's gradients of the same intermediate tensors
+  (tests/torch_reference.py).
+- Interventions equal hand recomputations; the mask and temperature experiments.
+- Export round trips; a malformed trace file is refused with one ValueError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import TINY, randomize
+from glassllm import autograd as ag
+from glassllm import trace as tr
+from glassllm.config import ModelConfig
+from glassllm.nn import Transformer
+from glassllm.trace import (Edit, MaskOff, MeanAblate, Patch, Temperature, Tracer, ZeroAblate, load_trace,
+                            registry, trace)
+
+DEFAULT = ModelConfig()
+DOC = Path(__file__).resolve().parents[1] / "docs" / "snapshots.md"
+
+# The shape legend, written out by hand for the default config (n, m vary).
+LEGEND = {"H": 4, "G": 2, "D": 32, "C": 128, "V": 1024, "F": 352}
+
+# The default config's snapshot shapes, by local name (batch removed), from the spec and the docs.
+EXPECTED = {
+    "embed": ("n", 128), "resid_pre": ("n", 128), "resid_mid": ("n", 128), "resid_post": ("n", 128),
+    "attn_norm.in": ("n", 128), "attn_norm.rms": ("n",), "attn_norm.out": ("n", 128),
+    "mlp_norm.in": ("n", 128), "mlp_norm.rms": ("n",), "mlp_norm.out": ("n", 128),
+    "attn.q": (4, "n", 32), "attn.k": (2, "n", 32), "attn.v": (2, "n", 32),
+    "attn.rope_q": (4, "n", 32), "attn.rope_k": (2, "n", 32),
+    "attn.cache_k": (2, "m", 32), "attn.cache_v": (2, "m", 32),
+    "attn.scores": (4, "n", "m"), "attn.mask": ("n", "m"), "attn.softmax": (4, "n", "m"),
+    "attn.mix": (4, "n", 32), "attn.out": ("n", 128),
+    "mlp.gate": ("n", 352), "mlp.up": ("n", 352), "mlp.act": ("n", 352), "mlp.prod": ("n", 352),
+    "mlp.out": ("n", 128),
+    "norm.in": ("n", 128), "norm.rms": ("n",), "norm.out": ("n", 128), "logits": ("n", 1024), "probs": ("n", 1024),
+}
+
+
+def local(name: str) -> str:
+    return name.split(".", 2)[2] if name.startswith("layers.") else name
+
+
+def expected_shape(name: str, n: int, m: int) -> tuple:
+    return tuple({"n": n, "m": m}.get(s, s) for s in EXPECTED[local(name)])
+
+
+@pytest.fixture(scope="module")
+def default_model():
+    model = Transformer(DEFAULT, seed=0, dtype=np.float64)
+    return randomize(model, np.random.default_rng(7))
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return randomize(Transformer(TINY, seed=0, dtype=np.float64), np.random.default_rng(3))
+
+
+def tokens_for(config, n, seed=0):
+    return np.random.default_rng(seed).integers(0, config.vocab_size, size=n)
+
+
+# ----------------------------------------------------------------------------
+# Plain NumPy reference pieces (float64), written from the math, not from glassllm.nn
+# ----------------------------------------------------------------------------
+
+def np_rope(x, positions, theta):
+    """Rotate interleaved pairs by pos * theta^(-2i/D), as complex numbers: (..., n, D)."""
+    D = x.shape[-1]
+    z = x[..., 0::2] + 1j * x[..., 1::2]                                 # (..., n, D/2)
+    angle = np.asarray(positions)[:, None] * theta ** (-np.arange(0, D, 2) / D)
+    z = z * np.exp(1j * angle)
+    out = np.empty(x.shape)
+    out[..., 0::2], out[..., 1::2] = z.real, z.imag
+    return out
+
+
+def np_softmax_masked(scores, mask):
+    s = np.where(mask, -np.inf, scores)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def np_rmsnorm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def np_silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def weights(model):
+    return {k: v.astype(np.float64) for k, v in model.state_dict().items()}
+
+
+def np_layer(W, c, i, x, positions, mix_edit=None):
+    """One block on x (n, C) without a cache; mix_edit(mix (H, n, D)) may change the head outputs."""
+    p = f"layers.{i}."
+    n, H, G, D = x.shape[0], c.n_heads, c.n_kv_heads, c.head_dim
+    h = np_rmsnorm(x, W[p + "attention_norm.weight"], c.norm_eps)
+    q = (h @ W[p + "attention.wq.weight"].T).reshape(n, H, D).transpose(1, 0, 2)
+    k = (h @ W[p + "attention.wk.weight"].T).reshape(n, G, D).transpose(1, 0, 2)
+    v = (h @ W[p + "attention.wv.weight"].T).reshape(n, G, D).transpose(1, 0, 2)
+    q, k = np_rope(q, positions, c.rope_theta), np_rope(k, positions, c.rope_theta)
+    k, v = np.repeat(k, H // G, axis=0), np.repeat(v, H // G, axis=0)
+    a = np_softmax_masked(q @ k.transpose(0, 2, 1) / math.sqrt(D), np.triu(np.ones((n, n), bool), 1))
+    mix = a @ v
+    if mix_edit is not None:
+        mix = mix_edit(mix)
+    x = x + mix.transpose(1, 0, 2).reshape(n, H * D) @ W[p + "attention.wo.weight"].T
+    h = np_rmsnorm(x, W[p + "ffn_norm.weight"], c.norm_eps)
+    f = np_silu(h @ W[p + "feed_forward.w1.weight"].T) * (h @ W[p + "feed_forward.w3.weight"].T)
+    return x + f @ W[p + "feed_forward.w2.weight"].T
+
+
+def np_head(W, c, x):
+    return np_rmsnorm(x, W["norm.weight"], c.norm_eps) @ W["output.weight"].T
+
+
+# ----------------------------------------------------------------------------
+# 1. The registry equals what is recorded; every shape as documented
+# ----------------------------------------------------------------------------
+
+def test_registry_is_the_module_walk_and_covers_the_issue_names():
+    model = Transformer(DEFAULT, seed=0)
+    reg = registry(model)
+    assert reg == registry(DEFAULT) == {k: tuple(v) for k, v in registry().items()}
+    assert tr.names() == list(reg) and len(set(reg)) == len(reg)
+    assert {local(k) for k in reg} == set(EXPECTED)
+    for i in range(4):
+        for s in ("q", "k", "v", "rope_q", "rope_k", "scores", "mask", "softmax", "mix", "out"):
+            assert f"layers.{i}.attn.{s}" in reg           # the spec's ten attention names, layers 0-3
+    # forward order: embed first, probs last, layer 0 before layer 1
+    order = list(reg)
+    assert order[0] == "embed" and order[-2:] == ["logits", "probs"]
+    assert order.index("layers.0.resid_post") < order.index("layers.1.resid_pre")
+    for name, axes in reg.items():
+        sizes = {"n": "n", "m": "m", **LEGEND}
+        assert tuple(sizes[a] for a in axes) == EXPECTED[local(name)], name
+
+
+def test_full_trace_records_exactly_the_registry_uncached_and_cached(default_model):
+    model, reg = default_model, registry(default_model)
+    with ag.no_grad(), Tracer(model) as t:
+        model(tokens_for(DEFAULT, 6))
+    step = t.trace.steps[0]
+    assert list(step.values) == list(reg)                 # same names, same (forward) order
+    for name, value in step.values.items():
+        assert value.shape == expected_shape(name, 6, 6), name
+        assert value.shape == tr.snapshot_shape(name, DEFAULT, 6)
+    assert t.trace.get("layers.2.attn.softmax").shape == (4, 6, 6)
+    assert t.trace.get("attn.softmax", layer=2, head=3).shape == (6, 6)      # a head: (n, m)
+    assert t.trace.get("layers.1.attn.k").shape == (2, 6, 32)
+    assert t.trace.get("attn.k", layer=1, head=1).shape == (6, 32)
+
+    cache = model.new_cache()
+    with ag.no_grad(), Tracer(model) as t:
+        model(tokens_for(DEFAULT, 5), cache)
+        model([[7]], cache)
+        model([[9]], cache)
+    assert [(s.n, s.m, s.start) for s in t.trace.steps] == [(5, 5, 0), (1, 6, 5), (1, 7, 6)]
+    for s in t.trace.steps:
+        assert list(s.values) == list(reg)
+        for name, value in s.values.items():
+            assert value.shape == expected_shape(name, s.n, s.m), (s.index, name)
+    assert t.trace.get("layers.0.attn.softmax", step=2).shape == (4, 1, 7)
+    assert t.trace.tokens.tolist() == tokens_for(DEFAULT, 5).tolist() + [7, 9]
+
+
+def test_the_docs_table_matches_the_registry():
+    text = DOC.read_text(encoding="utf-8")
+    block = text.split(tr.DOC_BEGIN, 1)[1].split(tr.DOC_END, 1)[0]
+    assert block.strip() == tr.snapshot_table().strip(), "regenerate: python -m glassllm.trace docs/snapshots.md"
+    rows = [r for r in block.strip().splitlines()[2:]]
+    generic = {r.split("`")[1] for r in rows}
+    assert generic == {("layers.{i}." + local(k)) if k.startswith("layers.") else k for k in registry()}
+
+
+def test_module_examples_run():
+    import doctest
+
+    assert doctest.testmod(tr).failed == 0
+
+
+# ----------------------------------------------------------------------------
+# 2. Recomputation of every snapshot from the one before it
+# ----------------------------------------------------------------------------
+
+def check_attention_chain(t, W, c, step=None):
+    """Recompute each attention snapshot of every layer from the previous one (plain NumPy)."""
+    s = t.step(step)
+    H, G, D = c.n_heads, c.n_kv_heads, c.head_dim
+    positions = np.arange(s.start, s.m)
+    for i in range(c.n_layers):
+        g = lambda name: t.get(f"layers.{i}.attn.{name}", step=step)   # noqa: E731
+        x = t.get(f"layers.{i}.attn_norm.out", step=step)
+        np.testing.assert_allclose(g("q"), (x @ W[f"layers.{i}.attention.wq.weight"].T)
+                                   .reshape(s.n, H, D).transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g("v"), (x @ W[f"layers.{i}.attention.wv.weight"].T)
+                                   .reshape(s.n, G, D).transpose(1, 0, 2), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g("rope_q"), np_rope(g("q"), positions, c.rope_theta), atol=1e-12)
+        np.testing.assert_allclose(g("rope_k"), np_rope(g("k"), positions, c.rope_theta), atol=1e-12)
+        # the new keys/values are the last n of the m the queries read
+        np.testing.assert_array_equal(g("cache_k")[:, s.start:], g("rope_k"))
+        np.testing.assert_array_equal(g("cache_v")[:, s.start:], g("v"))
+        keys = np.repeat(g("cache_k"), H // G, axis=0)                  # (H, m, D)
+        vals = np.repeat(g("cache_v"), H // G, axis=0)                  # (H, m, D)
+        np.testing.assert_allclose(g("scores"), g("rope_q") @ keys.transpose(0, 2, 1) / math.sqrt(D), atol=1e-12)
+        mask = g("mask")
+        np.testing.assert_array_equal(mask, np.arange(s.m)[None, :] > (s.start + np.arange(s.n))[:, None])
+        a = g("softmax")
+        np.testing.assert_allclose(a, np_softmax_masked(g("scores"), mask), atol=1e-12)
+        assert np.all(np.abs(a.sum(-1) - 1) < 1e-6)
+        assert np.all(a[:, mask] == 0.0)                               # exactly zero, not small
+        np.testing.assert_allclose(g("mix"), a @ vals, atol=1e-12)
+        heads = g("mix").transpose(1, 0, 2).reshape(s.n, H * D)
+        np.testing.assert_allclose(g("out"), heads @ W[f"layers.{i}.attention.wo.weight"].T, atol=1e-12)
+
+
+def test_recompute_every_snapshot_uncached(default_model):
+    c, W = DEFAULT, weights(default_model)
+    toks = tokens_for(c, 9, seed=1)
+    t = trace(default_model, toks)
+    assert D_is_32(c)
+    check_attention_chain(t, W, c)
+    np.testing.assert_array_equal(t.get("embed"), W["tok_embeddings.weight"][toks])
+    for i in range(c.n_layers):
+        p, g = f"layers.{i}.", (lambda name: t.get(f"layers.{i}.{name}"))   # noqa: E731
+        np.testing.assert_array_equal(g("resid_pre"), t.get("embed") if i == 0 else t.get(f"layers.{i - 1}.resid_post"))
+        for norm, key, src in (("attn_norm", "attention_norm", "resid_pre"), ("mlp_norm", "ffn_norm", "resid_mid")):
+            x = g(src)
+            np.testing.assert_array_equal(g(norm + ".in"), x)
+            np.testing.assert_allclose(g(norm + ".rms"), np.sqrt((x ** 2).mean(-1) + c.norm_eps), rtol=1e-12)
+            np.testing.assert_allclose(g(norm + ".out"), np_rmsnorm(x, W[p + key + ".weight"], c.norm_eps), atol=1e-12)
+        np.testing.assert_allclose(g("resid_mid"), g("resid_pre") + g("attn.out"), atol=1e-12)
+        h = g("mlp_norm.out")
+        np.testing.assert_allclose(g("mlp.gate"), h @ W[p + "feed_forward.w1.weight"].T, atol=1e-12)
+        np.testing.assert_allclose(g("mlp.up"), h @ W[p + "feed_forward.w3.weight"].T, atol=1e-12)
+        np.testing.assert_allclose(g("mlp.act"), np_silu(g("mlp.gate")), atol=1e-12)
+        np.testing.assert_allclose(g("mlp.prod"), g("mlp.act") * g("mlp.up"), atol=1e-12)
+        np.testing.assert_allclose(g("mlp.out"), g("mlp.prod") @ W[p + "feed_forward.w2.weight"].T, atol=1e-12)
+        np.testing.assert_allclose(g("resid_post"), g("resid_mid") + g("mlp.out"), atol=1e-12)
+    np.testing.assert_array_equal(t.get("norm.in"), t.get("layers.3.resid_post"))
+    np.testing.assert_allclose(t.get("norm.out"), np_rmsnorm(t.get("norm.in"), W["norm.weight"], c.norm_eps),
+                               atol=1e-12)
+    np.testing.assert_allclose(t.get("logits"), t.get("norm.out") @ W["output.weight"].T, atol=1e-11)
+    np.testing.assert_allclose(t.get("probs"), np_softmax_masked(t.get("logits"), False), atol=1e-14)
+    # ... and the traced logits are the model's, computed by an independent NumPy forward
+    x = W["tok_embeddings.weight"][toks]
+    for i in range(c.n_layers):
+        x = np_layer(W, c, i, x, np.arange(len(toks)))
+    np.testing.assert_allclose(t.get("logits"), np_head(W, c, x), rtol=1e-9, atol=1e-10)
+
+
+def D_is_32(c):
+    return c.head_dim == 32   # the spec's sqrt(32)
+
+
+def test_recompute_attention_with_a_cache(default_model):
+    cache = default_model.new_cache()
+    with ag.no_grad(), Tracer(default_model, names=["attn.*", "layers.*.attn_norm.out"]) as t:
+        default_model(tokens_for(DEFAULT, 4, seed=2), cache)
+        for tok in (3, 1000, 17):
+            default_model([[tok]], cache)
+    for step in range(4):
+        check_attention_chain(t.trace, weights(default_model), DEFAULT, step=step)
+
+
+# ----------------------------------------------------------------------------
+# 3. Cached generation equals one uncached forward
+# ----------------------------------------------------------------------------
+
+def rows_of(full: np.ndarray, axes: tuple, s: tr.Step) -> np.ndarray:
+    index = tuple(slice(s.start, s.start + s.n) if a == "n" else slice(0, s.m) if a == "m" else slice(None)
+                  for a in axes)
+    return full[index]
+
+
+def test_cached_generation_equals_uncached_rows(tiny_model):
+    toks = tokens_for(TINY, 10, seed=4)
+    full = trace(tiny_model, toks)
+    cache = tiny_model.new_cache()
+    with ag.no_grad(), Tracer(tiny_model) as t:
+        tiny_model(toks[:4], cache)                       # prefill: n = m = 4
+        for tok in toks[4:]:
+            tiny_model([[tok]], cache)                    # then n = 1, m = start + 1
+    steps = t.trace.steps
+    assert [(s.n, s.m, s.start) for s in steps] == [(4, 4, 0)] + [(1, k + 1, k) for k in range(4, 10)]
+    reg = registry(tiny_model)
+    for s in steps:
+        assert list(s.values) == list(reg)
+        for name, value in s.values.items():
+            np.testing.assert_allclose(value, rows_of(full.get(name), reg[name], s), rtol=1e-10, atol=1e-12,
+                                       err_msg=f"step {s.index} {name}")
+    # The keys of one step are a prefix of the next step's keys.
+    for a, b in zip(steps, steps[1:]):
+        for i in range(TINY.n_layers):
+            for kv in ("cache_k", "cache_v"):
+                name = f"layers.{i}.attn.{kv}"
+                np.testing.assert_array_equal(b.values[name][:, :a.m], a.values[name])
+
+
+def test_a_rewound_cache_does_not_change_recorded_snapshots(tiny_model):
+    cache = tiny_model.new_cache()
+    with ag.no_grad(), Tracer(tiny_model, names="layers.0.attn.cache_k") as t:
+        tiny_model(tokens_for(TINY, 5, seed=5), cache)
+    kept = np.array(t.trace.get("layers.0.attn.cache_k"))
+    cache.start = 0                                      # reuse the cache for another prompt
+    with ag.no_grad():
+        tiny_model(tokens_for(TINY, 5, seed=6), cache)
+    np.testing.assert_array_equal(t.trace.get("layers.0.attn.cache_k"), kept)
+    with pytest.raises(ValueError):
+        t.trace.get("layers.0.attn.cache_k")[0, 0, 0] = 1.0       # stored arrays are read-only
+
+
+# ----------------------------------------------------------------------------
+# 4. Gradients
+# ----------------------------------------------------------------------------
+
+def loss_with_edit(model, toks, targets, name, index, eps):
+    def bump(x):
+        x = x.copy()
+        x[index] += eps
+        return x
+    with ag.no_grad(), Tracer(model, names=(), interventions=[Edit(name, bump)]):
+        logits = model(toks)
+    return ag.cross_entropy(logits, targets[None]).item()
+
+
+@pytest.mark.parametrize("name,index", [
+    ("embed", (3, 5)),
+    ("layers.0.attn_norm.in", (2, 7)),        # the norm's share only (resid_pre carries the residual path)
+    ("layers.0.attn_norm.rms", (4,)),
+    ("layers.1.attn.rope_k", (1, 2, 3)),
+    ("layers.1.attn.scores", (2, 5, 1)),
+    ("layers.1.attn.softmax", (3, 4, 2)),
+    ("layers.0.mlp.act", (5, 11)),
+    ("norm.rms", (1,)),
+])
+def test_gradients_match_finite_differences(tiny_model, name, index):
+    toks, targets = tokens_for(TINY, 6, seed=8), tokens_for(TINY, 6, seed=9)
+    t = trace(tiny_model, toks, targets=targets)
+    eps = 1e-6
+    numeric = (loss_with_edit(tiny_model, toks, targets, name, index, eps)
+               - loss_with_edit(tiny_model, toks, targets, name, index, -eps)) / (2 * eps)
+    assert t.grad(name)[index] == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+
+
+def test_gradients_match_pytorch_for_every_snapshot(tiny_model):
+    torch = pytest.importorskip("torch")
+    torch_reference = pytest.importorskip("torch_reference")
+    toks, targets = tokens_for(TINY, 7, seed=10), tokens_for(TINY, 7, seed=11)
+    t = trace(tiny_model, toks, targets=targets)
+    assert set(t.steps[0].grads) == set(registry(tiny_model)) - {f"layers.{i}.attn.mask" for i in range(2)}
+
+    ref = torch_reference.TorchLlama(TINY.to_dict())
+    ref.load_glassllm_state(tiny_model.state_dict())
+    capture = {}
+    logits = ref(toks[None], capture=capture)
+    loss = torch.nn.functional.cross_entropy(logits[0], torch.as_tensor(targets))
+    loss.backward()
+    assert t.loss == pytest.approx(loss.item(), rel=1e-12)
+
+    def tgrad(name):
+        return capture[name].grad[0].numpy()
+
+    checked = 0
+    for name in registry(tiny_model):
+        loc = local(name)
+        if loc in ("attn_norm.rms", "mlp_norm.rms", "norm.rms", "attn.mask", "probs"):
+            continue           # rms: finite differences above; no gradient through a mask or the probs
+        if loc in ("attn.cache_k", "attn.cache_v"):
+            want = tgrad(name.replace("cache_k", "rope_k").replace("cache_v", "v"))  # no cache: the same tensors
+        elif loc in ("attn_norm.in", "mlp_norm.in"):
+            # PyTorch's x is one tensor used twice (the norm and the residual); the name's own
+            # gradient is the norm's share: total minus what arrives through the residual sum.
+            i = name.split(".")[1]
+            before, after = ("resid_pre", "resid_mid") if loc == "attn_norm.in" else ("resid_mid", "resid_post")
+            want = tgrad(f"layers.{i}.{before}") - tgrad(f"layers.{i}.{after}")
+        else:
+            want = tgrad(name)
+        np.testing.assert_allclose(t.grad(name), want, rtol=1e-8, atol=1e-12, err_msg=name)
+        checked += 1
+    assert checked == len(registry(tiny_model)) - 2 - 3 * TINY.n_layers   # all but rms, mask, probs
+    np.testing.assert_array_equal(t.grad("probs"), 0.0)  # the loss is computed from the logits
+
+
+def test_gradients_under_a_tracer_with_filter_and_dtype(tiny_model):
+    toks, targets = tokens_for(TINY, 5), tokens_for(TINY, 5, seed=1)
+    full = trace(tiny_model, toks, targets=targets)
+    part = trace(tiny_model, toks, ["layers.1.attn.softmax", "mlp.act"], targets=targets, dtype="float32")
+    assert part.names() == ["layers.0.mlp.act", "layers.1.attn.softmax", "layers.1.mlp.act"]
+    for name in part.names():
+        assert part.grad(name).dtype == np.float32
+        np.testing.assert_allclose(part.grad(name), full.grad(name), rtol=1e-5, atol=1e-7)
+    assert all(p.grad is None for p in tiny_model.parameters())   # trace() leaves parameter grads alone
+
+
+# ----------------------------------------------------------------------------
+# 5. Interventions
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (1, 3)])
+def test_zero_ablating_a_head_equals_a_hand_recomputation(tiny_model, layer, head):
+    c, W = TINY, weights(tiny_model)
+    toks = tokens_for(c, 8, seed=12)
+    clean = trace(tiny_model, toks)
+    ablated = trace(tiny_model, toks, interventions=[ZeroAblate(layer, head)])
+
+    def zero(mix):
+        mix = mix.copy()
+        mix[head] = 0.0
+        return mix
+    x = clean.get(f"layers.{layer}.resid_pre")
+    for i in range(layer, c.n_layers):
+        x = np_layer(W, c, i, x, np.arange(len(toks)), zero if i == layer else None)
+    np.testing.assert_allclose(ablated.get("logits"), np_head(W, c, x), rtol=1e-9, atol=1e-10)
+    assert np.abs(ablated.get("logits") - clean.get("logits")).max() > 1e-3
+    np.testing.assert_array_equal(ablated.get("attn.mix", layer=layer, head=head), 0.0)
+
+
+def test_mean_ablation_uses_the_reference_traces_mean(tiny_model):
+    ref = trace(tiny_model, tokens_for(TINY, 12, seed=13), names="layers.1.attn.mix")
+    mean = ref.get("attn.mix", layer=1, head=2).mean(axis=0)               # (D,)
+    toks = tokens_for(TINY, 6, seed=14)
+    clean = trace(tiny_model, toks)
+    out = trace(tiny_model, toks, interventions=[MeanAblate(1, 2, ref)])
+    mix, mix0 = out.get("layers.1.attn.mix"), clean.get("layers.1.attn.mix")
+    np.testing.assert_allclose(mix[2], np.broadcast_to(mean, mix[2].shape), rtol=1e-12)
+    np.testing.assert_array_equal(np.delete(mix, 2, axis=0), np.delete(mix0, 2, axis=0))
+    wo = weights(tiny_model)["layers.1.attention.wo.weight"]
+    np.testing.assert_allclose(out.get("layers.1.attn.out"), mix.transpose(1, 0, 2).reshape(6, -1) @ wo.T, atol=1e-12)
+
+
+def test_mask_off_lets_the_future_leak_and_mask_on_does_not(tiny_model):
+    a = tokens_for(TINY, 7, seed=15)
+    b = a.copy()
+    b[5] = (b[5] + 1) % TINY.vocab_size                   # change a later token
+    with ag.no_grad():
+        on = [tiny_model(x).data[0] for x in (a, b)]       # untraced, fused path
+    traced_on = [trace(tiny_model, x, "logits").get("logits") for x in (a, b)]
+    off = [trace(tiny_model, x, ["logits", "attn.mask", "attn.softmax"], interventions=[MaskOff()]) for x in (a, b)]
+    np.testing.assert_array_equal(on[0][:5], on[1][:5])            # positions before 5 cannot see it
+    np.testing.assert_array_equal(traced_on[0][:5], traced_on[1][:5])
+    assert np.abs(off[0].get("logits")[0] - off[1].get("logits")[0]).max() > 1e-3   # position 0 sees it
+    assert not off[0].get("layers.0.attn.mask").any()
+    assert (off[0].get("layers.0.attn.softmax")[:, 0, 1:] > 0).all()
+
+
+def entropy(p):
+    q = np.where(p > 0, p, 1.0)
+    return -(p * np.log(q)).sum(-1)
+
+
+def test_temperature_flattens_every_legal_row_and_never_leaks(tiny_model):
+    toks = tokens_for(TINY, 8, seed=16)
+    names = ["attn.scores", "attn.softmax", "attn.mask"]
+    cold = trace(tiny_model, toks, names)
+    hot = trace(tiny_model, toks, names, interventions=[Temperature(4.0)])
+    for i in range(TINY.n_layers):
+        mask = hot.get("attn.mask", layer=i)
+        a = hot.get("attn.softmax", layer=i)
+        assert np.all(a[:, mask] == 0.0)                                  # never on a masked key
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-12)
+        np.testing.assert_allclose(a, np_softmax_masked(hot.get("attn.scores", layer=i), mask), atol=1e-12)
+    # Layer 0 sees the same input either way: the same scores, divided by 4.
+    s0, a0, a4 = cold.get("layers.0.attn.scores"), cold.get("layers.0.attn.softmax"), hot.get("layers.0.attn.softmax")
+    np.testing.assert_allclose(hot.get("layers.0.attn.scores"), s0 / 4.0, rtol=1e-15)
+    np.testing.assert_array_equal(a4[:, 0], a0[:, 0])                      # one legal key: [1, 0, ...]
+    assert np.all(entropy(a4[:, 1:]) > entropy(a0[:, 1:]))                  # every other row flatter
+    legal_min = lambda a: np.where(cold.get("layers.0.attn.mask"), 1.0, a).min(-1)  # noqa: E731
+    assert np.all((a4.max(-1) < a0.max(-1))[:, 1:]) and np.all((legal_min(a4) > legal_min(a0))[:, 1:])
+
+
+def test_edit_is_seen_downstream_and_patch_copies_another_prompt(tiny_model):
+    toks_a, toks_b = tokens_for(TINY, 6, seed=17), tokens_for(TINY, 6, seed=18)
+    clean = trace(tiny_model, toks_a)
+    edited = trace(tiny_model, toks_a, interventions=[Edit("layers.1.mlp.out", lambda x: 2 * x)])
+    np.testing.assert_allclose(edited.get("layers.1.mlp.out"), 2 * clean.get("layers.1.mlp.out"), rtol=1e-15)
+    np.testing.assert_allclose(edited.get("layers.1.resid_post"),
+                               edited.get("layers.1.resid_mid") + edited.get("layers.1.mlp.out"), atol=1e-12)
+    assert np.abs(edited.get("logits") - clean.get("logits")).max() > 1e-3
+
+    # Everything after resid_mid of the last layer depends only on it: patching it in
+    # from prompt B makes prompt A's run produce B's logits.
+    source = trace(tiny_model, toks_b)
+    patched = trace(tiny_model, toks_a, interventions=[Patch("layers.1.resid_mid", source)])
+    np.testing.assert_allclose(patched.get("logits"), source.get("logits"), rtol=1e-12, atol=1e-12)
+    # Patching position 3 only changes position 3 of that snapshot.
+    one = trace(tiny_model, toks_a, interventions=[Patch("layers.0.resid_post", source, positions=[3])])
+    got, want = one.get("layers.0.resid_post"), clean.get("layers.0.resid_post")
+    np.testing.assert_array_equal(got[3], source.get("layers.0.resid_post")[3])
+    np.testing.assert_array_equal(np.delete(got, 3, 0), np.delete(want, 3, 0))
+    with pytest.raises(ValueError, match="shape"):
+        trace(tiny_model, toks_a[:4], interventions=[Patch("layers.0.resid_post", source)])
+
+
+def test_tracing_changes_no_numbers_and_keeps_the_fast_path(tiny_model):
+    toks = tokens_for(TINY, 9, seed=19)
+    with ag.no_grad():
+        plain = tiny_model(toks).data[0]
+    np.testing.assert_allclose(trace(tiny_model, toks).get("logits"), plain, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(trace(tiny_model, toks, "logits").get("logits"), plain)
+    t = Tracer(tiny_model, names="layers.1.attn.softmax")
+    assert t.wants(["layers.1.attn.scores", "layers.1.attn.softmax"])
+    assert not t.wants(["layers.0.attn.scores", "layers.0.attn.mask", "layers.0.attn.softmax"])
+    assert not t.wants(["layers.0.attn_norm.rms"]) and not t.wants(["probs"])
+    assert Tracer(tiny_model, names=(), interventions=[MaskOff(1)]).wants(["layers.1.attn.mask"])
+    assert tiny_model._tracer is None
+
+
+def test_name_filters_storage_dtype_and_batch_row(tiny_model):
+    toks = np.stack([tokens_for(TINY, 5, seed=20), tokens_for(TINY, 5, seed=21)])
+    t = trace(tiny_model, toks, "layers.1.attn.*", dtype=np.float16)
+    assert t.names() == [f"layers.1.attn.{s}" for s in ("q", "k", "v", "rope_q", "rope_k", "cache_k", "cache_v",
+                                                       "scores", "mask", "softmax", "mix", "out")]
+    assert t.get("layers.1.attn.q").dtype == np.float16 and t.get("layers.1.attn.mask").dtype == np.bool_
+    row1 = trace(tiny_model, toks, batch=1)
+    alone = trace(tiny_model, toks[1])
+    assert row1.tokens.tolist() == toks[1].tolist()
+    for name in alone.names():
+        np.testing.assert_allclose(row1.get(name), alone.get(name), rtol=1e-10, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(t.get("layers.1.attn.q"), trace(tiny_model, toks[0]).get("layers.1.attn.q"),
+                               rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda m: Tracer(m, names="layers.0.attn.nope"), "layers.0.attn.nope"),
+    (lambda m: Tracer(m, names="layers.7.attn.q"), "layer 7"),
+    (lambda m: Tracer(m, names=["attn.q", 3]), "str"),
+    (lambda m: Tracer(m, dtype="int8"), "dtype"),
+    (lambda m: Tracer(m, batch=-1), "batch"),
+    (lambda m: Tracer(m, interventions=[ZeroAblate(0, 4)]), "head=4"),
+    (lambda m: Tracer(m, interventions=[ZeroAblate(2, 0)]), "layer=2"),
+    (lambda m: Tracer(m, interventions=[MeanAblate(0, 0, np.zeros(3))]), "mean"),
+    (lambda m: Tracer(m, interventions=["ablate"]), "Intervention"),
+    (lambda m: Temperature(0.0), "temperature"),
+    (lambda m: Temperature(float("nan")), "temperature"),
+    (lambda m: Edit("embed", 3), "function"),
+])
+def test_bad_arguments_are_one_line_errors(tiny_model, make, match):
+    with pytest.raises((ValueError, TypeError), match=match) as info:
+        make(tiny_model)
+    assert "\n" not in str(info.value)
+
+
+def test_trace_reading_errors(tiny_model):
+    t = trace(tiny_model, tokens_for(TINY, 4), ["layers.0.attn.out", "attn.mask"])
+    for call, match in [
+        (lambda: t.get("layers.1.attn.out"), "not recorded"),
+        (lambda: t.get("attn.out"), "layer="),
+        (lambda: t.get("attn.out", layer=5), "layer 5"),
+        (lambda: t.get("layers.0.attn.out", head=0), "no head axis"),
+        (lambda: t.get("attn.mask", layer=0, head=0), "no head axis"),
+        (lambda: t.get("layers.0.attn.out", step=1), "step=1"),
+        (lambda: t.grad("layers.0.attn.out"), "backward"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with Tracer(tiny_model) as outer:
+        with pytest.raises(ValueError, match="already has a tracer"):
+            Tracer(tiny_model).__enter__()
+    assert outer.model._tracer is None
+    with pytest.raises(ValueError, match="batch=2"):
+        trace(tiny_model, np.zeros((2, 3), dtype=np.int64), batch=2)
+
+
+# ----------------------------------------------------------------------------
+# 6. Export and loading
+# ----------------------------------------------------------------------------
+
+def test_save_and_load_round_trip(tiny_model, tmp_path):
+    toks = tokens_for(TINY, 5, seed=22)
+    cache = tiny_model.new_cache()
+    with Tracer(tiny_model, names=["attn.softmax", "attn.mask", "logits"], interventions=[ZeroAblate(0, 1)]) as t:
+        logits = tiny_model(toks, cache)
+        ag.cross_entropy(logits, tokens_for(TINY, 5, seed=23)[None]).backward()
+        with ag.no_grad():
+            tiny_model([[2]], cache)
+    tiny_model.zero_grad()
+    path = tmp_path / "run.npz"
+    t.trace.save(path)
+    back = load_trace(path)
+    assert back.names() == t.trace.names() and back.config == TINY and back.interventions == t.trace.interventions
+    assert [(s.n, s.m, s.start) for s in back.steps] == [(5, 5, 0), (1, 6, 5)]
+    assert back.tokens.tolist() == toks.tolist() + [2]
+    for s, s0 in zip(back.steps, t.trace.steps):
+        assert set(s.values) == set(s0.values) and set(s.grads) == set(s0.grads)
+        for k in s0.values:
+            np.testing.assert_array_equal(s.values[k], s0.values[k])
+        for k in s0.grads:
+            np.testing.assert_array_equal(s.grads[k], s0.grads[k])
+    assert set(back.steps[0].grads) == {"layers.0.attn.softmax", "layers.1.attn.softmax", "logits"}
+    assert back.steps[1].grads == {}
+
+    # Any npz reader gets the arrays and the manifest.
+    with np.load(path) as z:
+        manifest = json.loads(bytes(z["manifest.json"]))
+        np.testing.assert_array_equal(z["values/1/layers.1.attn.softmax"], back.get("layers.1.attn.softmax", step=1))
+    assert manifest["steps"][0]["shapes"]["layers.0.attn.softmax"] == [4, 5, 5]
+    assert manifest["axes"]["layers.0.attn.mask"] == ["n", "m"]
+    with pytest.raises(ValueError, match="does not exist"):
+        t.trace.save(tmp_path / "no" / "such" / "dir.npz")
+
+
+def rewrite(path, manifest=None, drop=None, add=None):
+    """Copy a trace file with its manifest replaced, a member dropped or one added."""
+    out = path.with_name("bad.npz")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if info.filename == drop:
+                continue
+            data = src.read(info)
+            if info.filename == "manifest.json" and manifest is not None:
+                data = manifest if isinstance(manifest, bytes) else json.dumps(manifest).encode()
+            dst.writestr(info.filename, data)
+        if add:
+            dst.writestr(*add)
+    return out
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "t.npz"
+    trace(tiny_model, tokens_for(TINY, 3), ["layers.0.attn.q", "layers.0.attn.mask"],
+          targets=tokens_for(TINY, 3, seed=1)).save(path)
+    with zipfile.ZipFile(path) as z:
+        return path, json.loads(z.read("manifest.json"))
+
+
+def test_malformed_trace_files_are_refused(saved, tmp_path):
+    path, good = saved
+    bad_manifests = []
+    for key, value in [("format", "glassllm-model"), ("version", 2), ("version", True), ("batch", -1),
+                       ("dtype", "int64"), ("names", ["layers.0.attn.zzz"]), ("axes", {}),
+                       ("config", {"dim": "wide"}), ("config", {"n_layers": 10 ** 9}), ("steps", {})]:
+        bad_manifests.append({**good, key: value})
+    step = good["steps"][0]
+    for key, value in [("m", 99), ("n", 0), ("tokens", [1, 2]), ("tokens", [1, 2, 10 ** 6]),
+                       ("shapes", {"layers.0.attn.q": [4, 3, 31]}), ("grads", ["layers.0.attn.mask"])]:
+        bad_manifests.append({**good, "steps": [{**step, key: value}]})
+    for manifest in bad_manifests:
+        with pytest.raises(ValueError, match="t.npz|bad.npz") as info:
+            load_trace(rewrite(path, manifest))
+        assert "\n" not in str(info.value)
+    for kwargs, match in [(dict(manifest=b"{not json"), "JSON"), (dict(drop="manifest.json"), "manifest"),
+                          (dict(drop="values/0/layers.0.attn.q.npy"), "missing"),
+                          (dict(add=("extra.txt", "hi")), "unexpected"),
+                          (dict(add=("values/0/x.npy", b"\x93NUMPY")), "unexpected")]:
+        with pytest.raises(ValueError, match=match):
+            load_trace(rewrite(path, **kwargs))
+    # an array whose header disagrees with the manifest
+    bad = tmp_path / "swap.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "values/0/layers.0.attn.q.npy":
+                from io import BytesIO
+                buf = BytesIO()
+                np.save(buf, np.zeros((4, 3, 7)))
+                data = buf.getvalue()
+            dst.writestr(info.filename, data)
+    with pytest.raises(ValueError, match="the manifest says"):
+        load_trace(bad)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    with pytest.raises(ValueError, match="not a trace file"):
+        load_trace(tmp_path / "junk.npz")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_trace(tmp_path / "missing.npz")
+
+
+def test_fuzzed_manifests_give_value_errors_only(saved):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    path, good = saved
+    json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                               | st.text(max_size=8),
+                               lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                           max_size=3),
+                               max_leaves=8)
+    step_keys = sorted(good["steps"][0])
+
+    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+    @hypothesis.given(key=st.sampled_from(sorted(good) + [f"steps.{k}" for k in step_keys]), value=json_values)
+    def check(key, value):
+        manifest = json.loads(json.dumps(good))
+        if key.startswith("steps."):
+            manifest["steps"][0][key[6:]] = value
+        else:
+            manifest[key] = value
+        try:
+            tr.validate_manifest(manifest)
+        except ValueError as e:
+            assert str(e).startswith("trace manifest:") and "\n" not in str(e)
+
+    check()
+    with tempfile.TemporaryDirectory() as d:
+        dest = Path(d) / "t.npz"
+        dest.write_bytes(path.read_bytes())
+        assert load_trace(dest).names() == ["layers.0.attn.q", "layers.0.attn.mask"]
