@@ -1,0 +1,629 @@
+"""Hugging Face interop: export a model file as a ``transformers`` Llama folder, and import one back.
+
+Export (``glassllm export FILE --format hf DIR``) writes a folder that
+``LlamaForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
+load:
+
+=========================  ==================================================
+``config.json``            a ``LlamaConfig`` (no biases, untied head, plain RoPE)
+``model.safetensors``      the weights under Hugging Face's names
+``tokenizer.json``         our byte-level BPE for the ``tokenizers`` library
+                           (:meth:`glassllm.tokenizer.Tokenizer.to_hf_tokenizer_json`)
+``tokenizer_config.json``  tells ``AutoTokenizer`` to use that file, and names
+                           ``<|endoftext|>`` as the end-of-sequence token
+``generation_config.json`` begin/end/pad token ids for ``generate``
+=========================  ==================================================
+
+Import (``glassllm import-hf DIR OUT``) reads such a folder -- any width, depth,
+head count, grouping and vocabulary -- and writes a glassllm model file. It
+reads ``config.json``, ``tokenizer.json`` and the safetensors weights itself
+(neither ``transformers`` nor ``torch`` is needed) and refuses, with one line
+naming the key, anything whose logits it could not reproduce exactly: biases,
+RoPE scaling, another activation, a head size other than width / heads, a
+tokenizer that is not byte-level BPE, a vocabulary that does not match the
+embedding. A checkpoint with a tied output head is imported by copying the
+embedding into ``output.weight``. Pickled ``.bin`` checkpoints are refused:
+loading never unpickles anything.
+
+Names, key for key (``{i}`` is the layer):
+
+================================================  ========================================
+glassllm                                          Hugging Face
+================================================  ========================================
+``tok_embeddings.weight``                         ``model.embed_tokens.weight``
+``layers.{i}.attention_norm.weight``              ``model.layers.{i}.input_layernorm.weight``
+``layers.{i}.attention.wq/wk/wv/wo.weight``       ``model.layers.{i}.self_attn.q/k/v/o_proj.weight``
+``layers.{i}.ffn_norm.weight``                    ``model.layers.{i}.post_attention_layernorm.weight``
+``layers.{i}.feed_forward.w1/w3/w2.weight``       ``model.layers.{i}.mlp.gate/up/down_proj.weight``
+``norm.weight``                                   ``model.norm.weight``
+``output.weight``                                 ``lm_head.weight``
+================================================  ========================================
+
+RoPE layout, and why wq and wk are permuted
+-------------------------------------------
+RoPE turns pairs of features of every query and key head by a position-dependent
+angle. *Which* features form a pair is a convention. glassllm (like the RoPE
+paper and Meta's original code) pairs neighbours: features (2i, 2i+1) of a head
+turn together at frequency ``theta**(-2i/D)``. Hugging Face's Llama pairs the
+two halves instead: feature i turns with feature i + D/2 (its ``rotate_half``).
+Both are the same rotation once the features are listed in another order, and
+the features of q and k are just the rows of wq and wk. So export reorders the
+rows inside each head -- our rows 0, 2, 4, ..., D-2 become the first half and
+rows 1, 3, ..., D-1 the second half (:func:`interleaved_to_halves`) -- and import
+undoes it (:func:`halves_to_interleaved`). Scores q.k are sums over all features,
+so listing them in another order changes nothing; wv and wo are untouched.
+Forgetting the permutation leaves position 0 right (angle 0 is no rotation) and
+goes wrong as positions grow, which is why the tests compare 300 positions.
+
+Vocabulary order
+----------------
+A glassllm vocabulary is laid out as the 256 bytes, then one id per merge in
+merge order, then the special tokens. A byte-level BPE ``tokenizer.json`` may
+number its tokens differently; import then renumbers the tokens into our layout
+and permutes the rows of the embedding and of the output head the same way, so
+the model computes exactly the same function of the text (``import_hf`` returns
+the permutation, and ``glassllm import-hf`` says when it applied one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import atomic_write, load_model, save_model
+from .config import ModelConfig
+
+__all__ = [
+    "interleaved_to_halves", "halves_to_interleaved", "hf_config", "config_from_hf",
+    "to_hf_state", "from_hf_state", "tokenizer_from_hf", "export_hf", "import_hf",
+    "read_safetensors_dir", "add_cli",
+]
+
+
+# ----------------------------------------------------------------------------
+# RoPE row order
+# ----------------------------------------------------------------------------
+
+def interleaved_to_halves(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Reorder the rows of wq or wk (n_heads*D, C) from interleaved pairs to split halves.
+
+    Inside each head, our row 2i becomes row i and row 2i+1 becomes row D/2 + i.
+
+    >>> interleaved_to_halves(np.arange(8)[:, None], n_heads=2)[:, 0].tolist()
+    [0, 2, 1, 3, 4, 6, 5, 7]
+    """
+    rows, C = w.shape
+    D = rows // n_heads
+    return w.reshape(n_heads, D // 2, 2, C).transpose(0, 2, 1, 3).reshape(rows, C)  # (H*D, C)
+
+
+def halves_to_interleaved(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Inverse of :func:`interleaved_to_halves`: split halves back to interleaved pairs.
+
+    >>> halves_to_interleaved(np.array([0, 2, 1, 3, 4, 6, 5, 7])[:, None], 2)[:, 0].tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    rows, C = w.shape
+    D = rows // n_heads
+    return w.reshape(n_heads, 2, D // 2, C).transpose(0, 2, 1, 3).reshape(rows, C)  # (H*D, C)
+
+
+# ----------------------------------------------------------------------------
+# Names and configs
+# ----------------------------------------------------------------------------
+
+_LAYER_NAMES = {  # ours -> Hugging Face, inside layer i
+    "attention_norm.weight": "input_layernorm.weight",
+    "attention.wq.weight": "self_attn.q_proj.weight",
+    "attention.wk.weight": "self_attn.k_proj.weight",
+    "attention.wv.weight": "self_attn.v_proj.weight",
+    "attention.wo.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "feed_forward.w1.weight": "mlp.gate_proj.weight",
+    "feed_forward.w2.weight": "mlp.down_proj.weight",
+    "feed_forward.w3.weight": "mlp.up_proj.weight",
+}
+_TOP_NAMES = {"tok_embeddings.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+              "output.weight": "lm_head.weight"}
+
+
+def hf_names(n_layers: int) -> dict[str, str]:
+    """Our parameter name -> Hugging Face's, for a model of ``n_layers`` layers."""
+    names = dict(_TOP_NAMES)
+    for i in range(n_layers):
+        for ours, theirs in _LAYER_NAMES.items():
+            names[f"layers.{i}.{ours}"] = f"model.layers.{i}.{theirs}"
+    return names
+
+
+def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
+    """The ``config.json`` of a ``LlamaForCausalLM`` with the shape of ``config``.
+
+    RoPE's base is written both ways (``rope_parameters`` for transformers 5,
+    ``rope_theta`` for 4.x), and so is the dtype (``dtype`` / ``torch_dtype``).
+    """
+    eot = tokenizer.special_tokens.get("<|endoftext|>")
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.dim,
+        "intermediate_size": config.ffn_dim,
+        "num_hidden_layers": config.n_layers,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.n_kv_heads,
+        "head_dim": config.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": config.max_seq_len,
+        "rms_norm_eps": config.norm_eps,
+        "rope_theta": config.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "pretraining_tp": 1,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "pad_token_id": None,
+        "dtype": dtype,
+        "torch_dtype": dtype,
+    }
+
+
+def _bad(where: str, key: str, value, expected: str) -> ValueError:
+    return ValueError(f"{where}: {key}={value!r} is not supported; expected {expected}")
+
+
+def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, bool]:
+    """Our :class:`ModelConfig` for a Hugging Face Llama ``config.json``, and whether the head is tied.
+
+    Raises ValueError naming the first key that glassllm cannot reproduce exactly.
+    """
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    arch = doc.get("architectures") or []
+    if doc.get("model_type") != "llama" and "LlamaForCausalLM" not in arch:
+        raise ValueError(f"{where}: model_type={doc.get('model_type')!r} (architectures={arch!r}) is not a Llama "
+                         "checkpoint; expected model_type 'llama'")
+    if arch and any(a != "LlamaForCausalLM" for a in arch):
+        raise _bad(where, "architectures", arch, "['LlamaForCausalLM']")
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+        if key not in doc:
+            raise ValueError(f"{where} has no {key!r}; expected a Llama config")
+    for key in ("attention_bias", "mlp_bias"):
+        if doc.get(key, False):
+            raise _bad(where, key, doc[key], "false (glassllm has no biases)")
+    if doc.get("hidden_act", "silu") != "silu":
+        raise _bad(where, "hidden_act", doc.get("hidden_act"), "'silu' (SwiGLU)")
+
+    # RoPE: only the plain kind, with its base wherever this transformers version put it.
+    theta = doc.get("rope_theta", 10000.0)
+    scaling = doc.get("rope_scaling")
+    if scaling is not None:
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+        if kind != "default" or set(scaling) - {"rope_type", "type", "rope_theta"}:
+            raise _bad(where, "rope_scaling", scaling, "null (plain RoPE, no scaling)")
+        theta = scaling.get("rope_theta", theta)
+    params = doc.get("rope_parameters")
+    if params is not None:
+        if not isinstance(params, dict) or params.get("rope_type", "default") != "default":
+            raise _bad(where, "rope_parameters.rope_type",
+                       params.get("rope_type") if isinstance(params, dict) else params, "'default' (plain RoPE)")
+        extra = sorted(set(params) - {"rope_type", "rope_theta"})
+        if extra:
+            raise _bad(where, f"rope_parameters.{extra[0]}", params[extra[0]], "no such key (plain RoPE)")
+        theta = params.get("rope_theta", theta)
+    if doc.get("partial_rotary_factor", 1.0) != 1.0:
+        raise _bad(where, "partial_rotary_factor", doc["partial_rotary_factor"], "1.0")
+
+    dim, heads = doc["hidden_size"], doc["num_attention_heads"]
+    head_dim = doc.get("head_dim")
+    if head_dim is not None and (not isinstance(dim, int) or not isinstance(heads, int) or heads < 1
+                                 or head_dim * heads != dim):
+        raise _bad(where, "head_dim", head_dim, f"hidden_size / num_attention_heads = {dim}/{heads}")
+    try:
+        config = ModelConfig(
+            vocab_size=doc["vocab_size"], dim=dim, n_layers=doc["num_hidden_layers"], n_heads=heads,
+            n_kv_heads=doc.get("num_key_value_heads") or heads, ffn_dim=doc["intermediate_size"],
+            max_seq_len=doc.get("max_position_embeddings", 2048),
+            norm_eps=doc.get("rms_norm_eps", 1e-6), rope_theta=theta,
+        )
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    return config, bool(doc.get("tie_word_embeddings", False))
+
+
+# ----------------------------------------------------------------------------
+# Weights
+# ----------------------------------------------------------------------------
+
+def to_hf_state(state: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:
+    """Our state dict -> Hugging Face's: renamed, wq/wk rows in split-halves order."""
+    out = {}
+    for ours, theirs in hf_names(config.n_layers).items():
+        w = np.asarray(state[ours])
+        if ours.endswith("attention.wq.weight"):
+            w = interleaved_to_halves(w, config.n_heads)
+        elif ours.endswith("attention.wk.weight"):
+            w = interleaved_to_halves(w, config.n_kv_heads)
+        out[theirs] = np.ascontiguousarray(w)
+    return out
+
+
+def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: bool = False,
+                  where: str = "checkpoint") -> dict[str, np.ndarray]:
+    """Hugging Face's tensors -> our state dict, checking every name and shape.
+
+    ``tied``: the checkpoint shares the embedding with the output head, which
+    may then be absent (it is copied from the embedding).
+    """
+    names = hf_names(config.n_layers)
+    theirs_to_ours = {v: k for k, v in names.items()}
+    tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}  # a buffer, not a weight
+    if tied:
+        if "lm_head.weight" in tensors and not np.array_equal(tensors["lm_head.weight"],
+                                                              tensors.get("model.embed_tokens.weight")):
+            raise _bad(where, "tie_word_embeddings", True, "lm_head.weight equal to model.embed_tokens.weight")
+        if "model.embed_tokens.weight" in tensors:
+            tensors = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"]}
+    unexpected = sorted(set(tensors) - set(theirs_to_ours))
+    if unexpected:
+        hint = " (glassllm has no biases)" if unexpected[0].endswith(".bias") else ""
+        raise ValueError(f"{where}: unexpected tensor {unexpected[0]!r}{hint}; expected only Llama weights")
+    missing = [k for k in names.values() if k not in tensors]
+    if missing:
+        raise ValueError(f"{where}: missing tensor {missing[0]!r}")
+    shapes = _param_shapes(config)
+    state = {}
+    for ours, theirs in names.items():
+        w = tensors[theirs]
+        if tuple(w.shape) != shapes[ours]:
+            raise ValueError(f"{where}: tensor {theirs!r} has shape {tuple(w.shape)}, expected {shapes[ours]}")
+        if ours.endswith("attention.wq.weight"):
+            w = halves_to_interleaved(w, config.n_heads)
+        elif ours.endswith("attention.wk.weight"):
+            w = halves_to_interleaved(w, config.n_kv_heads)
+        state[ours] = np.ascontiguousarray(w)
+    return state
+
+
+def _param_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter's shape, computed from the config (no weights allocated)."""
+    H, G, D, C, F, V = c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.ffn_dim, c.vocab_size
+    shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
+    per_layer = {"attention_norm.weight": (C,), "attention.wq.weight": (H * D, C),
+                 "attention.wk.weight": (G * D, C), "attention.wv.weight": (G * D, C),
+                 "attention.wo.weight": (C, H * D), "ffn_norm.weight": (C,),
+                 "feed_forward.w1.weight": (F, C), "feed_forward.w2.weight": (C, F),
+                 "feed_forward.w3.weight": (F, C)}
+    for i in range(c.n_layers):
+        shapes.update({f"layers.{i}.{k}": v for k, v in per_layer.items()})
+    return shapes
+
+
+# -- reading safetensors without torch ------------------------------------------
+
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
+
+
+def _read_safetensors(path: Path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file as float32/float64 arrays (bfloat16 widened exactly)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+        header.pop("__metadata__", None)
+        out = {}
+        for name, info in header.items():
+            if wanted is not None and name not in wanted:
+                continue
+            dtype = info.get("dtype") if isinstance(info, dict) else None
+            if dtype not in _ST_DTYPES:
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
+            shape = tuple(info["shape"])
+            lo, hi = info["data_offsets"]
+            item = np.dtype(_ST_DTYPES[dtype]).itemsize
+            if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
+            f.seek(8 + n + lo)
+            raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
+            if dtype == "BF16":  # bfloat16 is the top half of a float32
+                arr = (raw.astype(np.uint32) << 16).view(np.float32)
+            elif dtype == "F16":
+                arr = raw.astype(np.float32)
+            else:
+                arr = raw.astype(raw.dtype.newbyteorder("="))
+            out[name] = arr.reshape(shape)
+    return out
+
+
+def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
+    """The weights of a Hugging Face folder: ``model.safetensors``, or the shards its index names."""
+    folder = Path(folder)
+    single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
+    if single.is_file():
+        return _read_safetensors(single)
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{str(index)!r} is not a safetensors index (no 'weight_map')") from None
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            path = folder / shard
+            if not path.is_file() or path.parent != folder:
+                raise ValueError(f"{str(index)!r} names shard {shard!r}, which is not in the folder")
+            tensors.update(_read_safetensors(path, {k for k, v in weight_map.items() if v == shard}))
+        return tensors
+    if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
+        raise ValueError(f"{str(folder)!r} holds only pickled weights (.bin/.pt); glassllm reads safetensors "
+                         "only (save the model with safe_serialization=True)")
+    raise ValueError(f"{str(folder)!r} has no model.safetensors (nor model.safetensors.index.json)")
+
+
+# ----------------------------------------------------------------------------
+# Tokenizer: tokenizer.json -> glassllm Tokenizer
+# ----------------------------------------------------------------------------
+
+def _check_pre_tokenizer(pre, where: str) -> str:
+    """The split regex of a byte-level pre-tokenizer we can reproduce; ValueError otherwise."""
+    import re
+
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    types = [s.get("type") if isinstance(s, dict) else None for s in steps]
+    if types != ["Split", "ByteLevel"]:
+        raise _bad(where, "pre_tokenizer", types if len(types) > 1 else types[0],
+                   "a Sequence of Split (regex) then ByteLevel(use_regex=false), as glassllm exports")
+    split, byte_level = steps
+    pattern = split.get("pattern", {}).get("Regex") if isinstance(split.get("pattern"), dict) else None
+    if not isinstance(pattern, str):
+        raise _bad(where, "pre_tokenizer.Split.pattern", split.get("pattern"), "a {'Regex': ...} pattern")
+    if split.get("behavior") != "Isolated" or split.get("invert", False):
+        raise _bad(where, "pre_tokenizer.Split.behavior", split.get("behavior"), "'Isolated' with invert=false")
+    for key in ("add_prefix_space", "use_regex"):
+        if byte_level.get(key, False):
+            raise _bad(where, f"pre_tokenizer.ByteLevel.{key}", byte_level[key], "false")
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise _bad(where, "pre_tokenizer.Split.pattern", pattern[:60], f"a regex Python's re reads ({e})") from None
+    return pattern
+
+
+def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
+    """A glassllm :class:`~glassllm.tokenizer.Tokenizer` for a byte-level BPE ``tokenizer.json``.
+
+    Returns ``(tokenizer, perm)`` where ``perm[our_id]`` is the Hugging Face id of
+    the same token (``perm`` is ``arange(V)`` when the layouts already agree).
+    Raises ValueError naming the first field glassllm cannot reproduce.
+    """
+    from .tokenizer import Tokenizer, _bytes_to_unicode
+
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
+        raise ValueError(f"{where} is not a tokenizers document (no 'model' object)")
+    model = doc["model"]
+    if model.get("type") != "BPE":
+        raise _bad(where, "model.type", model.get("type"), "'BPE' (byte-level)")
+    for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "unk_token"):
+        if model.get(key) not in (None, ""):
+            raise _bad(where, f"model.{key}", model[key], "null")
+    for key in ("byte_fallback", "ignore_merges"):
+        if model.get(key, False):
+            raise _bad(where, f"model.{key}", model[key], "false")
+    if doc.get("normalizer") is not None:
+        raise _bad(where, "normalizer", (doc["normalizer"] or {}).get("type"), "null")
+    post = doc.get("post_processor")
+    if post is not None and post.get("type") != "ByteLevel":
+        raise _bad(where, "post_processor", post.get("type"), "null (no tokens added around the text)")
+    decoder = doc.get("decoder")
+    if decoder is not None and decoder.get("type") != "ByteLevel":
+        raise _bad(where, "decoder", decoder.get("type"), "'ByteLevel'")
+    pattern = _check_pre_tokenizer(doc.get("pre_tokenizer"), where)
+
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict):
+        raise _bad(where, "model.vocab", type(vocab).__name__, "an object token -> id")
+    added = sorted((t for t in doc.get("added_tokens") or []), key=lambda t: t.get("id", -1))
+    for t in added:
+        if not t.get("special", False):
+            raise _bad(where, f"added_tokens[{t.get('content')!r}].special", False,
+                       "true (glassllm has special tokens only)")
+
+    # Byte-level spelling -> bytes.
+    char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    special_names = {t["content"] for t in added}
+    hf_id_of: dict[bytes, int] = {}
+    for token, hf_id in vocab.items():
+        if token in special_names:
+            continue
+        try:
+            data = bytes(char_to_byte[c] for c in token)
+        except KeyError:
+            raise _bad(where, "model.vocab", token, "tokens spelled in the byte-level alphabet") from None
+        hf_id_of[data] = hf_id
+    missing = [b for b in range(256) if bytes([b]) not in hf_id_of]
+    if missing:
+        raise ValueError(f"{where}: no token for byte 0x{missing[0]:02x}; expected all 256 bytes in model.vocab")
+
+    # Merges in order: merge k makes our id 256 + k.
+    our_id = {bytes([b]): b for b in range(256)}
+    merges = []
+    for k, m in enumerate(model.get("merges") or []):
+        parts = m.split(" ") if isinstance(m, str) else m
+        if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str) for p in parts)):
+            raise _bad(where, f"model.merges[{k}]", m, "two tokens")
+        try:
+            a, b = (bytes(char_to_byte[c] for c in p) for p in parts)
+        except KeyError:
+            raise _bad(where, f"model.merges[{k}]", m, "tokens spelled in the byte-level alphabet") from None
+        if a not in our_id or b not in our_id:
+            raise _bad(where, f"model.merges[{k}]", m, "merges of tokens made by earlier merges")
+        if a + b in our_id:
+            raise _bad(where, f"model.merges[{k}]", m, "each token made by one merge only")
+        if a + b not in hf_id_of:
+            raise _bad(where, f"model.merges[{k}]", m, "a merge whose result is in model.vocab")
+        our_id[a + b] = 256 + k
+        merges.append((our_id[a], our_id[b]))
+    extra = sorted(set(hf_id_of) - set(our_id), key=lambda d: hf_id_of[d])
+    if extra:
+        raise _bad(where, "model.vocab", extra[0].decode("utf-8", "replace"),
+                   "every token to be a byte or made by a merge")
+
+    n_ordinary = 256 + len(merges)
+    specials = {t["content"]: n_ordinary + i for i, t in enumerate(added)}
+    perm = np.empty(n_ordinary + len(added), dtype=np.int64)
+    for data, i in our_id.items():
+        perm[i] = hf_id_of[data]
+    for i, t in enumerate(added):
+        perm[n_ordinary + i] = t["id"]
+    if sorted(perm.tolist()) != list(range(len(perm))):
+        raise ValueError(f"{where}: token ids are not 0..{len(perm) - 1} without gaps or repeats")
+    try:
+        tokenizer = Tokenizer(merges, specials, pattern)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+    return tokenizer, perm
+
+
+# ----------------------------------------------------------------------------
+# Export and import
+# ----------------------------------------------------------------------------
+
+def _dtype_name(model) -> str:
+    return {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}[np.dtype(model.dtype)]
+
+
+def export_hf(model_file, out_dir) -> Path:
+    """Write the model file ``model_file`` as a Hugging Face Llama folder ``out_dir``.
+
+    Each file is written atomically; other files already in ``out_dir`` are left alone.
+    Returns the folder.
+    """
+    from safetensors.numpy import save
+
+    model, tokenizer, meta = load_model(model_file)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"export target {str(out)!r} exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    c = model.config
+    tensors = to_hf_state(model.state_dict(), c)
+    eot = tokenizer.special_tokens.get("<|endoftext|>")
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": c.max_seq_len,
+        "clean_up_tokenization_spaces": False,
+        "add_bos_token": False,
+        "add_eos_token": False,
+    }
+    if eot is not None:
+        tok_config.update(eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    gen_config = {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot, "do_sample": False}
+    dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
+    atomic_write(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    atomic_write(out / "config.json", dump(hf_config(c, tokenizer, _dtype_name(model))))
+    atomic_write(out / "tokenizer.json", dump(tokenizer.to_hf_tokenizer_json()))
+    atomic_write(out / "tokenizer_config.json", dump(tok_config))
+    atomic_write(out / "generation_config.json", dump(gen_config))
+    return out
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{str(path.parent)!r} has no {path.name}; expected {what}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{str(path)!r} is not valid JSON ({e})") from None
+
+
+def load_hf(folder, dtype=np.float32):
+    """Read a Hugging Face Llama folder: ``(model, tokenizer, perm)`` (see :func:`tokenizer_from_hf`)."""
+    from .nn import Transformer
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{str(folder)!r} is not a folder; expected a Hugging Face Llama checkpoint folder")
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"{str(folder)!r} is not a Llama checkpoint: it has no config.json")
+    config, tied = config_from_hf(_read_json(config_path, "a Llama config"), str(config_path))
+    tok_path = folder / "tokenizer.json"
+    if not tok_path.is_file():
+        raise ValueError(f"{str(folder)!r} has no tokenizer.json; expected the checkpoint's tokenizer "
+                         "(a byte-level BPE tokenizer.json) beside config.json")
+    tokenizer, perm = tokenizer_from_hf(_read_json(tok_path, "a tokenizer"), str(tok_path))
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"{str(tok_path)!r} has {tokenizer.vocab_size} tokens but config.json says "
+                         f"vocab_size={config.vocab_size}; expected them equal")
+    state = from_hf_state(read_safetensors_dir(folder), config, tied, str(folder))
+    if not np.array_equal(perm, np.arange(len(perm))):
+        for key in ("tok_embeddings.weight", "output.weight"):
+            state[key] = np.ascontiguousarray(state[key][perm])                  # (V, C), our id order
+    for key, w in state.items():
+        if not np.all(np.isfinite(w)):
+            raise ValueError(f"{str(folder)!r}: tensor for {key!r} contains NaN or infinite values")
+    model = Transformer(config, seed=0, dtype=dtype)
+    model.load_state_dict(state)
+    return model, tokenizer, perm
+
+
+def import_hf(folder, out_file, dtype=np.float32):
+    """Convert the Hugging Face Llama folder ``folder`` into the glassllm model file ``out_file``.
+
+    Returns ``(model, tokenizer, perm)``; ``perm[our_id]`` is the original id.
+    """
+    model, tokenizer, perm = load_hf(folder, dtype)
+    save_model(out_file, model, tokenizer, {"source": f"hf:{Path(folder).name}"})
+    return model, tokenizer, perm
+
+
+# ----------------------------------------------------------------------------
+# The ``glassllm export`` and ``glassllm import-hf`` commands
+# ----------------------------------------------------------------------------
+
+def add_cli(name: str, parser) -> None:
+    if name == "export":
+        parser.add_argument("file", metavar="FILE", help="a glassllm model file")
+        parser.add_argument("--format", choices=["hf"], default="hf",
+                            help="target format: hf = a Hugging Face transformers Llama folder (default)")
+        parser.add_argument("dir", metavar="DIR", help="the folder to write")
+        parser.set_defaults(func=_cli_export)
+    else:
+        parser.add_argument("dir", metavar="DIR", help="a Hugging Face Llama folder (config.json, "
+                            "model.safetensors, tokenizer.json)")
+        parser.add_argument("out", metavar="OUT", help="the glassllm model file to write")
+        parser.set_defaults(func=_cli_import)
+
+
+def _cli_export(args) -> int:
+    out = export_hf(args.file, args.dir)
+    print(f"wrote a Hugging Face Llama folder to {out}/ (config.json, model.safetensors, tokenizer.json, "
+          "tokenizer_config.json, generation_config.json)")
+    return 0
+
+
+def _cli_import(args) -> int:
+    model, tokenizer, perm = import_hf(args.dir, args.out)
+    c = model.config
+    print(f"wrote {args.out}: {model.num_params():,} parameters, vocab {c.vocab_size}, width {c.dim}, "
+          f"{c.n_layers} layers, {c.n_heads} query heads / {c.n_kv_heads} key-value heads")
+    if not np.array_equal(perm, np.arange(len(perm))):
+        print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")
+    return 0

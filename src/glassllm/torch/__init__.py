@@ -1,0 +1,21 @@
+"""glassllm's PyTorch twin (the optional extra ``pip install glassllm[torch]``).
+
+The same decoder as :mod:`glassllm.nn` -- same architecture, same parameter
+names, same model file -- written with PyTorch so that it can train a bigger
+model on GPUs and across machines (``torchrun ... -m glassllm.torch.train_ddp``);
+the result then opens in the glass box (``glassllm inspect``, the tracer).
+
+- :mod:`glassllm.torch.model`: :class:`Transformer`, :func:`from_glassllm`,
+  :func:`to_glassllm`, :func:`load_model`, :func:`save_model`;
+- :mod:`glassllm.torch.train_ddp`: the DistributedDataParallel trainer.
+"""
+
+try:
+    import torch as _torch  # noqa: F401  (the real PyTorch: imports here are absolute)
+except ModuleNotFoundError as e:  # pragma: no cover - depends on the install
+    raise ModuleNotFoundError(
+        "glassllm.torch needs PyTorch: pip install 'glassllm[torch]'", name=e.name) from None
+
+from .model import Transformer, from_glassllm, load_model, save_model, to_glassllm
+
+__all__ = ["Transformer", "from_glassllm", "to_glassllm", "load_model", "save_model"]
