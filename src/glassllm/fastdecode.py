@@ -10,6 +10,7 @@ path keeps the arithmetic and drops the bookkeeping:
   as one (C, (H+2G)D) matrix and ``w1|w3`` as one (C, 2F) matrix, so a layer
   makes four GEMMs instead of seven. Each RMSNorm gain is folded into the rows
   of the matrix that reads the norm's output (``(x r * w) @ W = (x r) @ (w W)``),
+  the score scale 1/sqrt(D) into wq's columns (RoPE is linear, so it commutes),
   and w1 is halved (exact in binary) so SwiGLU needs no extra ``* 0.5``;
 - queries and keys are rotated together, as one array of H + G heads, by one
   matmul with a (D, D) rotation matrix per position (RoPE's pairs as 2 x 2 blocks);
@@ -61,12 +62,15 @@ class FastDecoder:
             return np.ascontiguousarray(w.T * norm.weight.data[:, None])    # (C, out), gain folded in
 
         self.layers = []
+        HD = c.n_heads * c.head_dim
         for block in model.layers:
             a, f = block.attention, block.feed_forward
+            wqkv = packed(block.attention_norm, a.wq, a.wk, a.wv)          # (C, (H+2G)D)
+            wqkv[:, :HD] *= self.scale                                      # q arrives pre-scaled by 1/sqrt(D)
             w13 = packed(block.ffn_norm, f.w1, f.w3)                         # (C, 2F)
             w13[:, : c.ffn_dim] *= 0.5                                      # gate/2, exactly
             self.layers.append((
-                packed(block.attention_norm, a.wq, a.wk, a.wv),             # (C, (H+2G)D)
+                wqkv,                                                       # (C, (H+2G)D)
                 np.ascontiguousarray(a.wo.weight.data.T),                   # (H*D, C)
                 w13,                                                        # (C, 2F)
                 np.ascontiguousarray(f.w2.weight.data.T),                   # (F, C)
@@ -84,6 +88,8 @@ class FastDecoder:
 
     def _rms(self, x: np.ndarray) -> np.ndarray:
         """x / rms(x) over the last axis (the gain lives in the next matrix): (N, C)."""
+        if len(x) == 1:  # one row (a decode step): the scalar work in Python floats
+            return x * (1.0 / math.sqrt(float(x[0] @ x[0]) / x.shape[-1] + self.eps))
         return x / np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1] + self.eps)
 
     def __call__(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
@@ -128,8 +134,7 @@ class FastDecoder:
                 qg = q.reshape(B, G, r, D)                                  # (B, G, r*n, D)
             else:
                 qg = q.reshape(B, n, G, r, D).transpose(0, 2, 3, 1, 4).reshape(B, G, r * n, D)  # (B, G, r*n, D)
-            s = qg @ keys.swapaxes(-1, -2)                                  # (B, G, r*n, m)
-            s *= self.scale
+            s = qg @ keys.swapaxes(-1, -2)                                  # (B, G, r*n, m), already scaled
             if mask is not None:
                 s = s.reshape(B, G, r, n, m)                                # (B, G, r, n, m)
                 s[np.broadcast_to(mask, s.shape)] = -np.inf

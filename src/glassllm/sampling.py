@@ -130,10 +130,17 @@ def _check_logits(logits) -> np.ndarray:
 
 
 def model_probs(logits) -> np.ndarray:
-    """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64."""
-    z = _check_logits(logits)
+    """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64.
+
+    Raises ValueError for logits with NaN or +inf, or all -inf: each of them
+    makes the normaliser NaN (or 0), so one check of it covers them all.
+    """
+    z = np.asarray(logits, dtype=np.float64)
     e = np.exp(z - z.max(axis=-1, keepdims=True))                     # (..., V)
-    return e / e.sum(axis=-1, keepdims=True)
+    total = e.sum(axis=-1, keepdims=True)                              # (..., 1)
+    if not (np.isfinite(total).all() and (total > 0).all()):
+        _check_logits(logits)  # names the problem
+    return e / total
 
 
 def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,

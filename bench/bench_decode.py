@@ -1,0 +1,355 @@
+"""Decoding speed: glassllm beside a PyTorch KV-cache decode loop, same weights, in one run.
+
+Batch 1, a 16-token prompt plus 256 new tokens, greedy, float32, 1 thread
+(numpy's BLAS via threadpoolctl, torch via ``torch.set_num_threads``):
+
+- ``glassllm``: :func:`glassllm.generate.generate` end to end (records, probabilities
+  and all), on its default path -- the lean NumPy step of :mod:`glassllm.fastdecode`;
+- ``glassllm_sampled``: the same with temperature 0.8 and top-k 40 (the cost of sampling);
+- ``glassllm_module``: the same API forced onto the module path (``fast=False``),
+  the path a tracer sees;
+- ``torch``: a small PyTorch LLaMA decode loop written here -- preallocated KV
+  cache, ``scaled_dot_product_attention`` with GQA, ``inference_mode`` -- with
+  the same weights.
+
+Tokens/s counts the 256 new tokens over the whole call (prefill included). Each
+variant is warmed up, then timed ``--repeats`` times in interleaved rounds;
+medians are reported with ratios. Then:
+
+- **growth**: time per token as the cache grows from m = 16 to the full context,
+  per step, median over ``--growth-repeats`` runs, with linear and quadratic fits
+  (attention reads m keys, so a step should cost a + b*m: linear in m);
+- **where the time goes**: the lean step alone, the same GEMMs alone, the module
+  step alone, so the per-token cost splits into matrix work, NumPy per-op
+  overhead, and the API's own work (softmax for ``prob``, records, sampling).
+
+The model is the bundled one when present, else random weights of a trained-like
+scale (so greedy choices are not near-ties and both sides must agree token for
+token). Results go to JSON. Run from the repository root::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_decode.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # conftest.randomize: trained-like random weights
+
+
+# ----------------------------------------------------------------------------
+# The model, and its PyTorch twin
+# ----------------------------------------------------------------------------
+
+def load(seed: int):
+    from glassllm.checkpoint import bundled_model_path, load_model
+    from glassllm.nn import Transformer
+
+    if bundled_model_path().exists():
+        model, _, _ = load_model(bundled_model_path(), dtype=np.float32)
+        return model, "bundled"
+    from conftest import randomize
+    model = randomize(Transformer(seed=seed, dtype=np.float32), np.random.default_rng(seed + 1))
+    return model, "random (trained-like scale)"
+
+
+class TorchDecoder:
+    """A LLaMA decode loop in PyTorch with a preallocated KV cache (batch 1, float32).
+
+    ``step(ids, start)``: logits (V,) of the last of the n = len(ids) tokens at
+    positions start .. start+n-1, writing their keys/values into the cache.
+    """
+
+    def __init__(self, model):
+        import torch
+
+        c = model.config
+        self.c = c
+        self.H, self.G, self.D = c.n_heads, c.n_kv_heads, c.head_dim
+        sd = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in model.state_dict().items()}
+        self.sd = sd
+        L = c.n_layers
+        self.k = torch.zeros(L, 1, self.G, c.max_seq_len, self.D)          # (L, 1, G, ctx, D)
+        self.v = torch.zeros(L, 1, self.G, c.max_seq_len, self.D)
+        inv = c.rope_theta ** (-torch.arange(0, self.D, 2, dtype=torch.float64) / self.D)  # (D/2,)
+        ang = torch.arange(c.max_seq_len, dtype=torch.float64)[:, None] * inv           # (ctx, D/2)
+        self.cos, self.sin = ang.cos().float(), ang.sin().float()
+
+    def _rope(self, x, cos, sin):
+        pairs = x.unflatten(-1, (-1, 2))                                    # (1, h, n, D/2, 2)
+        x0, x1 = pairs[..., 0], pairs[..., 1]
+        return torch_stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos)).flatten(-2)  # (1, h, n, D)
+
+    def step(self, ids, start: int):
+        import torch
+        import torch.nn.functional as F
+
+        c, sd, H, G, D = self.c, self.sd, self.H, self.G, self.D
+        n = len(ids)
+        m = start + n
+        cos, sin = self.cos[start:m], self.sin[start:m]                     # (n, D/2)
+        x = sd["tok_embeddings.weight"][torch.as_tensor(ids)]               # (n, C)
+        for i in range(c.n_layers):
+            p = f"layers.{i}."
+            h = F.rms_norm(x, (c.dim,), sd[p + "attention_norm.weight"], c.norm_eps)
+            q = F.linear(h, sd[p + "attention.wq.weight"]).view(1, n, H, D).transpose(1, 2)  # (1, H, n, D)
+            k = F.linear(h, sd[p + "attention.wk.weight"]).view(1, n, G, D).transpose(1, 2)  # (1, G, n, D)
+            v = F.linear(h, sd[p + "attention.wv.weight"]).view(1, n, G, D).transpose(1, 2)  # (1, G, n, D)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            self.k[i, :, :, start:m] = k
+            self.v[i, :, :, start:m] = v
+            out = F.scaled_dot_product_attention(q, self.k[i, :, :, :m], self.v[i, :, :, :m],
+                                                 is_causal=n > 1 and start == 0, enable_gqa=True)  # (1, H, n, D)
+            x = x + F.linear(out.transpose(1, 2).reshape(n, H * D), sd[p + "attention.wo.weight"])
+            h = F.rms_norm(x, (c.dim,), sd[p + "ffn_norm.weight"], c.norm_eps)
+            gate = F.linear(h, sd[p + "feed_forward.w1.weight"])
+            up = F.linear(h, sd[p + "feed_forward.w3.weight"])
+            x = x + F.linear(F.silu(gate) * up, sd[p + "feed_forward.w2.weight"])
+        last = F.rms_norm(x[-1], (c.dim,), sd["norm.weight"], c.norm_eps)
+        return F.linear(last, sd["output.weight"])                          # (V,)
+
+    def greedy(self, prompt: list[int], new: int, stamps: list | None = None) -> list[int]:
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            logits = self.step(prompt, 0)
+            start = len(prompt)
+            for s in range(new):
+                i = int(logits.argmax())
+                out.append(i)
+                if stamps is not None:
+                    stamps.append(time.perf_counter())
+                if s + 1 < new:
+                    logits = self.step([i], start)
+                    start += 1
+        return out
+
+
+def torch_stack(parts):
+    import torch
+    return torch.stack(parts, dim=-1)
+
+
+# ----------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------
+
+def glassllm_run(model, prompt, new, stamps=None, **kw):
+    from glassllm.generate import generate
+
+    out = []
+    for t in generate(model, None, prompt, max_new_tokens=new, **kw):
+        out.append(t.id)
+        if stamps is not None:
+            stamps.append(time.perf_counter())
+    return out
+
+
+def time_round_robin(runs: dict, repeats: int) -> tuple[dict, dict]:
+    names = list(runs)
+    outputs = {name: runs[name]() for name in names}  # warm-up
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            t0 = time.perf_counter()
+            runs[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times, outputs
+
+
+def growth(step_runs: dict, prompt_len: int, ctx: int, repeats: int, window: int = 16) -> dict:
+    """Per-step time for m = prompt_len+1 .. ctx-1 keys, and how it grows with m.
+
+    Each step's time is the median over ``repeats`` runs; then medians over
+    windows of ``window`` steps damp the spikes of a shared machine. Fits on the
+    window medians: a line t = a + b*m, and the slope of the first half against
+    the second (a step that grows linearly in m has equal slopes; a quadratic
+    one, a later slope about three times the earlier).
+    """
+    new = ctx - prompt_len
+    result = {}
+    for name, run in step_runs.items():
+        per_run = []
+        for _ in range(repeats):
+            stamps = [time.perf_counter()]
+            run(new, stamps)
+            per_run.append(np.diff(np.array(stamps))[1:])                  # drop the prefill step
+        dt = np.median(np.array(per_run), axis=0)                          # (new - 1,) seconds
+        m = np.arange(prompt_len + 1, prompt_len + 1 + len(dt))            # keys each step reads
+        k = len(dt) // window
+        wm = m[: k * window].reshape(k, window).mean(axis=1)               # (k,) window centres
+        wt = np.median(dt[: k * window].reshape(k, window), axis=1) * 1e6  # (k,) us per token
+        b, a = np.polyfit(wm, wt, 1)
+        fit = a + b * wm
+        r2 = 1 - ((wt - fit) ** 2).sum() / max(((wt - wt.mean()) ** 2).sum(), 1e-30)
+        half = k // 2
+        early = np.polyfit(wm[:half], wt[:half], 1)[0]
+        late = np.polyfit(wm[half:], wt[half:], 1)[0]
+        result[name] = {
+            "m": wm.tolist(), "us_per_token": wt.tolist(),
+            "linear_fit_us": {"a": float(a), "b_per_key": float(b), "r2": float(r2)},
+            "slope_early_us_per_key": float(early), "slope_late_us_per_key": float(late),
+            "first_window_us": float(wt[0]), "last_window_us": float(wt[-1]),
+        }
+    return result
+
+
+def breakdown(model, prompt, new: int, repeats: int) -> dict:
+    """Per-token microseconds (medians of interleaved rounds) of: generate() end to end,
+    the lean step alone, the GEMMs of the lean step alone, the module step alone."""
+    from glassllm.autograd import no_grad
+    from glassllm.fastdecode import FastDecoder
+
+    lean = FastDecoder(model)
+    tok = np.array([[7]])
+    prompt_ids = np.array([prompt])
+    mats = [w for layer in lean.layers for w in layer] + [lean.out]          # the lean step's matrices
+    x_in = {w.shape[0]: np.ones((1, w.shape[0]), dtype=np.float32) for w in mats}
+
+    def steps(fn):
+        cache = model.new_cache(1)
+        with no_grad():
+            fn(prompt_ids, cache)
+            t0 = time.perf_counter()
+            for _ in range(new):
+                fn(tok, cache)
+        return (time.perf_counter() - t0) / new
+
+    def gemms():
+        t0 = time.perf_counter()
+        for _ in range(new):
+            for w in mats:
+                x_in[w.shape[0]] @ w
+        return (time.perf_counter() - t0) / new
+
+    def api():
+        t0 = time.perf_counter()
+        glassllm_run(model, prompt, new, temperature=0)
+        return (time.perf_counter() - t0) / new
+
+    parts = {"api": [], "lean_step": [], "lean_gemm": [], "module_step": []}
+    for _ in range(repeats):
+        parts["api"].append(api())
+        parts["lean_step"].append(steps(lean))
+        parts["lean_gemm"].append(gemms())
+        parts["module_step"].append(steps(lambda t, c: model(t, c)))
+    us = {k + "_us": statistics.median(v) * 1e6 for k, v in parts.items()}
+    us["lean_other_numpy_us"] = us["lean_step_us"] - us["lean_gemm_us"]
+    us["api_overhead_us"] = us["api_us"] - us["lean_step_us"]
+    return us
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt-len", type=int, default=16)
+    parser.add_argument("--new", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
+    parser.add_argument("--growth-repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_decode.json"))
+    args = parser.parse_args(argv)
+    if min(args.prompt_len, args.new, args.repeats, args.growth_repeats) < 1:
+        parser.error("--prompt-len, --new, --repeats and --growth-repeats must be positive")
+
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from glassllm.checkpoint import atomic_write
+
+    model, source = load(args.seed)
+    ctx = model.config.max_seq_len
+    if args.prompt_len + args.new > ctx:
+        parser.error(f"--prompt-len + --new exceeds the context {ctx}")
+    prompt = np.random.default_rng(args.seed).integers(0, model.config.vocab_size, args.prompt_len).tolist()
+    twin = TorchDecoder(model)
+    torch.set_num_threads(1)
+    print(f"decode, batch 1, {args.prompt_len}-token prompt + {args.new} new tokens, greedy, float32, 1 thread; "
+          f"model: {source} ({model.num_params():,} params); load average {os.getloadavg()[0]:.2f}")
+
+    runs = {
+        "glassllm": lambda: glassllm_run(model, prompt, args.new, temperature=0),
+        "glassllm_sampled": lambda: glassllm_run(model, prompt, args.new, temperature=0.8, top_k=40, seed=0),
+        "glassllm_module": lambda: glassllm_run(model, prompt, args.new, temperature=0, fast=False),
+        "torch": lambda: twin.greedy(prompt, args.new),
+    }
+    with threadpool_limits(limits=1):
+        times, outputs = time_round_robin(runs, args.repeats)
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        tps = {name: args.new / s for name, s in med.items()}
+        agree = {name: outputs[name] == outputs["torch"] for name in ("glassllm", "glassllm_module")}
+        print()
+        for name in med:
+            print(f"  {name:17s} median {med[name] * 1e3:8.1f} ms  min {min(times[name]) * 1e3:8.1f} ms"
+                  f"  {tps[name]:8.0f} tokens/s")
+        speedup = med["torch"] / med["glassllm"]
+        print(f"  speed glassllm / torch: {speedup:.2f}x (target >= 2x: {'met' if speedup >= 2 else 'not met'}); "
+              f"{tps['glassllm']:.0f} tokens/s (target >= 3000: {'met' if tps['glassllm'] >= 3000 else 'not met'})")
+        print(f"  speed glassllm / glassllm_module: {med['glassllm_module'] / med['glassllm']:.2f}x")
+        print(f"  greedy tokens equal to torch's: {agree}")
+
+        print(f"\ngrowth: time per token from m = {args.prompt_len + 1} to {ctx - 1} "
+              f"(median of {args.growth_repeats} runs)")
+        grow = growth({
+            "glassllm": lambda new, stamps: glassllm_run(model, prompt, new, stamps, temperature=0),
+            "glassllm_module": lambda new, stamps: glassllm_run(model, prompt, new, stamps, temperature=0,
+                                                                fast=False),
+            "torch": lambda new, stamps: twin.greedy(prompt, new, stamps),
+        }, args.prompt_len, ctx, args.growth_repeats)
+        for name, g in grow.items():
+            f = g["linear_fit_us"]
+            print(f"  {name:16s} {g['first_window_us']:6.0f} us at m~{g['m'][0]:.0f} -> {g['last_window_us']:6.0f} us "
+                  f"at m~{g['m'][-1]:.0f};  fit {f['a']:.0f} + {f['b_per_key']:.3f}*m us (R^2 {f['r2']:.2f});  "
+                  f"slope early {g['slope_early_us_per_key']:.3f} vs late {g['slope_late_us_per_key']:.3f} us/key")
+
+        parts = breakdown(model, prompt, args.new, args.repeats)
+    print("\nwhere a glassllm token's time goes (us per token, medians of interleaved rounds):")
+    print(f"  generate() {parts['api_us']:.0f} = lean step {parts['lean_step_us']:.0f} "
+          f"(GEMMs {parts['lean_gemm_us']:.0f} + other NumPy ops and Python {parts['lean_other_numpy_us']:.0f}) "
+          f"+ the API's own work {parts['api_overhead_us']:.0f} (prob softmax, records);  "
+          f"module step {parts['module_step_us']:.0f}")
+
+    report = {
+        "benchmark": "decode",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": source, "config": model.config.to_dict(),
+        "prompt_len": args.prompt_len, "new_tokens": args.new, "batch": 1, "dtype": "float32", "threads": 1,
+        "repeats": args.repeats,
+        "median_s": med, "min_s": {k: min(v) for k, v in times.items()}, "all_s": times,
+        "tokens_per_s": tps,
+        "speedup_glassllm_over_torch": speedup,
+        "targets": {"speedup_vs_torch": 2.0, "tokens_per_s": 3000.0,
+                    "met": {"speedup": speedup >= 2.0, "tokens_per_s": tps["glassllm"] >= 3000.0}},
+        "greedy_tokens_equal_torch": agree,
+        "growth": grow,
+        "breakdown_us": parts,
+        "environment": {
+            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
+            "machine": platform.machine(), "cpu_count": os.cpu_count(),
+            "load_average_after": os.getloadavg(),
+            "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
+            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
+        },
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(report, indent=2, default=float) + "\n")
+    print(f"\nwrote {out}")
+    return 0 if math.isfinite(speedup) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
