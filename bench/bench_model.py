@@ -120,8 +120,9 @@ def main(argv=None) -> int:
     config, model, twins, tokens, targets = build(args.batch, args.seq, args.seed)
     steps = make_steps(model, twins, tokens, targets)
     n_tokens = args.batch * args.seq
+    load_before = os.getloadavg()
     print(f"forward+backward, default config ({model.num_params():,} params), batch {args.batch} x {args.seq}, "
-          f"float32, {args.repeats} interleaved rounds, load average {os.getloadavg()[0]:.2f}")
+          f"float32, {args.repeats} interleaved rounds, load average {load_before[0]:.2f}")
 
     results = []
     for k in threads:
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         "environment": {
             "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
             "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "load_average_after": os.getloadavg(),
+            "load_average_before": load_before, "load_average_after": os.getloadavg(),
             "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
             "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
         },
