@@ -85,7 +85,7 @@ class TrainConfig:
     4096
     """
 
-    steps: int = 3000            # optimiser steps
+    steps: int = 1500            # optimiser steps
     batch_size: int = 16         # windows per micro-batch (B)
     seq_len: int = 256           # tokens per window (T)
     grad_accum: int = 1          # micro-batches per optimiser step
@@ -101,7 +101,7 @@ class TrainConfig:
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
     eval_windows: int = 64       # windows of the held-out text per periodic evaluation; 0 = all
-    checkpoint_every: int = 250  # steps between checkpoints; 0 = only at the end
+    checkpoint_every: int = 100  # steps between checkpoints; 0 = only at the end
 
     def __post_init__(self):
         ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": 0,

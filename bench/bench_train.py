@@ -1,0 +1,176 @@
+"""Training throughput: glassllm's AdamW step beside the same step in PyTorch, in one run.
+
+One optimiser step of the default model on a batch of 16 windows x 256 tokens,
+float32, exactly as ``glassllm train`` does it: forward, cross-entropy,
+backward, clipping to global norm 1.0, AdamW (decay 0.1 on matrices only) --
+
+- ``glassllm``: :func:`glassllm.train.train_step` with :class:`glassllm.optim.AdamW`;
+- ``torch_eager`` / ``torch_sdpa``: the tests' independent PyTorch LLaMA
+  (``tests/torch_reference.py``; spelled-out or fused attention) with the same
+  weights, ``torch.optim.AdamW`` (two param groups) and ``clip_grad_norm_``.
+
+Every step draws a fresh batch from one seeded :class:`~glassllm.data.WindowSampler`
+per implementation over the same random token stream. Per thread count (numpy's
+BLAS via threadpoolctl, torch via ``torch.set_num_threads``) each implementation
+is warmed up, then timed in ``--repeats`` interleaved rounds whose order rotates
+(so drifting load from other processes hits everyone alike). Reported: medians,
+tokens/s = tokens per step / median, and glassllm's speed as a fraction of
+each PyTorch variant's (``tokens/s glassllm / tokens/s torch``; < 1 means
+glassllm is slower). The JSON goes to ``bench/results/bench_train.json``.
+
+Run from the repository root::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
+
+
+def build(batch: int, seq: int, seed: int):
+    """name -> zero-argument function doing one full training step and returning its loss."""
+    import torch
+
+    from glassllm.config import ModelConfig
+    from glassllm.data import WindowSampler
+    from glassllm.nn import Transformer
+    from glassllm.optim import AdamW
+    from glassllm.train import TrainConfig, train_step
+    from torch_reference import TorchLlama
+
+    tc = TrainConfig(batch_size=batch, seq_len=seq)
+    config = ModelConfig()
+    model = Transformer(config, seed=seed, dtype=np.float32)
+    ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=200_000).astype(np.uint16)
+    sampler = lambda: WindowSampler(ids, seq, batch, np.random.default_rng(seed + 1))  # noqa: E731
+
+    opt = AdamW(model.named_parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
+                weight_decay=tc.weight_decay)
+    ours = sampler()
+
+    def glassllm_step():
+        loss, _ = train_step(model, opt, [ours.next_batch()], tc.lr, tc.grad_clip)
+        return loss
+
+    steps = {"glassllm": glassllm_step}
+    for name, attention in (("torch_eager", "explicit"), ("torch_sdpa", "sdpa")):
+        twin = TorchLlama(config.to_dict(), dtype=torch.float32, attention=attention)
+        twin.load_glassllm_state(model.state_dict())
+        params = dict(twin.named_parameters())
+        topt = torch.optim.AdamW(
+            [{"params": [p for p in params.values() if p.ndim >= 2], "weight_decay": tc.weight_decay},
+             {"params": [p for p in params.values() if p.ndim < 2], "weight_decay": 0.0}],
+            lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
+        theirs = sampler()
+
+        def torch_step(twin=twin, topt=topt, theirs=theirs):
+            x, y = theirs.next_batch()
+            topt.zero_grad(set_to_none=True)
+            loss = twin.loss(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(twin.parameters(), tc.grad_clip)
+            topt.step()
+            return loss.item()
+
+        steps[name] = torch_step
+    return config, model, steps
+
+
+def time_round_robin(steps: dict, repeats: int, warmup: int = 2) -> tuple[dict, dict]:
+    names = list(steps)
+    losses = {}
+    for name in names:
+        for _ in range(warmup):
+            losses[name] = steps[name]()
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            losses[name] = steps[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times, losses
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per thread count")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_train.json"))
+    args = parser.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.batch < 1 or args.seq < 1 or args.repeats < 1 or min(threads) < 1:
+        parser.error("--batch, --seq, --repeats and --threads must be positive")
+
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from glassllm.checkpoint import atomic_write
+
+    n_tokens = args.batch * args.seq
+    load_before = os.getloadavg()
+    results = []
+    for k in threads:
+        # Fresh models per thread count, so every count times the same steps of the same run.
+        config, model, steps = build(args.batch, args.seq, args.seed)
+        if not results:
+            print(f"training step (AdamW, clip 1.0), default config ({model.num_params():,} params), "
+                  f"batch {args.batch} x {args.seq}, float32, {args.repeats} interleaved rounds, "
+                  f"load average {load_before[0]:.2f}")
+        torch.set_num_threads(k)
+        with threadpool_limits(limits=k):
+            times, losses = time_round_robin(steps, args.repeats)
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        tps = {name: n_tokens / s for name, s in med.items()}
+        row = {
+            "threads": k, "median_s": med, "min_s": {n: min(ts) for n, ts in times.items()}, "all_s": times,
+            "tokens_per_s": tps,
+            "speed_glassllm_over": {n: tps["glassllm"] / tps[n] for n in tps if n != "glassllm"},
+            "last_loss": losses,
+        }
+        results.append(row)
+        print(f"\n{k} thread{'s' if k > 1 else ''}:")
+        for name in med:
+            print(f"  {name:12s} median {med[name] * 1e3:8.1f} ms   {tps[name]:9.0f} tokens/s")
+        for name, ratio in row["speed_glassllm_over"].items():
+            print(f"  glassllm tokens/s / {name} tokens/s = {ratio:.2f}")
+        print("  losses after the timed steps: " + ", ".join(f"{n} {v:.4f}" for n, v in losses.items()))
+
+    report = {
+        "benchmark": "training step (forward, backward, clip, AdamW)",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": config.to_dict(), "batch": args.batch, "seq": args.seq, "dtype": "float32",
+        "repeats": args.repeats, "results": results,
+        "environment": {
+            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
+            "machine": platform.machine(), "cpu_count": os.cpu_count(),
+            "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
+            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
+        },
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
