@@ -69,7 +69,10 @@ class Token:
     ``piece``     its readable text (:meth:`Tokenizer.piece`; ``""`` without a tokenizer).
     ``text``      what it adds to the decoded text: a token that ends inside a
                   multi-byte character adds ``""`` and the next one adds the
-                  whole character; ``""`` for ``<|endoftext|>``.
+                  whole character; ``""`` for ``<|endoftext|>``. A row's last
+                  token also flushes a character left incomplete, as U+FFFD, so
+                  the texts of a row join to ``tokenizer.decode`` of its ids
+                  (without the end-of-text token).
     ``prob``      the model's own probability of this id, ``softmax(logits)`` over
                   all V ids at T = 1 with no filters.
     ``p_sampled`` its probability in the distribution it was actually drawn from
@@ -292,9 +295,8 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
                     finish = "stop"
             if finish is None and step == max_new - 1:
                 finish = "length"
-            if finish is not None and finish != "eot" and tokenizer is not None:
-                tail = utf8[b].decode(b"", final=True)                  # a dangling partial character
-                text += tail
+            if finish is not None and tokenizer is not None:
+                text += utf8[b].decode(b"", final=True)                 # a dangling partial character -> U+FFFD
             row_start = start - int(pad[b]) if step else 0
             row_n = n if step else int(lengths[b])
             yield Token(
