@@ -116,31 +116,30 @@ class SamplingConfig:
         return sampling_distribution(logits, self.temperature, self.top_k, self.top_p)
 
 
-def _check_logits(logits) -> np.ndarray:
+def _check_logits(logits) -> tuple[np.ndarray, np.ndarray]:
+    """Logits as float64 (B, V) or (V,), and each row's maximum; ValueError if unusable.
+
+    One maximum catches every broken row: it is NaN if the row has a NaN, +inf
+    if it has a +inf, and -inf if every entry is -inf (no id can be drawn).
+    """
     z = np.asarray(logits)
     if z.dtype.kind not in "fiu" or z.ndim not in (1, 2) or z.shape[-1] == 0:
         raise ValueError(f"logits must be a non-empty (V,) or (B, V) array of numbers, "
                          f"got shape {z.shape} dtype {z.dtype}")
     z = z.astype(np.float64)
-    if np.isnan(z).any() or np.isposinf(z).any():
-        raise ValueError("logits contain NaN or +inf: the model's output is broken")
-    if np.isneginf(z).all(axis=-1).any():
+    peak = z.max(axis=-1, keepdims=True)
+    if not np.isfinite(peak).all():
+        if np.isnan(peak).any() or np.isposinf(peak).any():
+            raise ValueError("logits contain NaN or +inf: the model's output is broken")
         raise ValueError("logits are -inf for every id: no token can be drawn")
-    return z
+    return z, peak
 
 
 def model_probs(logits) -> np.ndarray:
-    """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64.
-
-    Raises ValueError for logits with NaN or +inf, or all -inf: each of them
-    makes the normaliser NaN (or 0), so one check of it covers them all.
-    """
-    z = np.asarray(logits, dtype=np.float64)
-    e = np.exp(z - z.max(axis=-1, keepdims=True))                     # (..., V)
-    total = e.sum(axis=-1, keepdims=True)                              # (..., 1)
-    if not (np.isfinite(total).all() and (total > 0).all()):
-        _check_logits(logits)  # names the problem
-    return e / total
+    """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64."""
+    z, peak = _check_logits(logits)
+    e = np.exp(z - peak)                                               # (..., V)
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,
@@ -150,14 +149,14 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
     Temperature, then top-k, then top-p, as the module docstring states. Rows
     sum to 1; filtered-out ids are exactly 0.
     """
-    z = _check_logits(logits)
+    z, peak = _check_logits(logits)
     squeeze = z.ndim == 1
-    z = z[None] if squeeze else z                                        # (B, V)
+    if squeeze:
+        z, peak = z[None], peak[None]                                    # (B, V), (B, 1)
     V = z.shape[-1]
     t = check_temperature(temperature)
     k = check_top_k(top_k, V)
     p_top = check_top_p(top_p)
-    peak = z.max(axis=-1, keepdims=True)                                 # (B, 1)
 
     if t == 0.0:
         # Greedy: a point mass on the first arg-max. Every filter keeps that id.
@@ -176,18 +175,15 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
         kth = np.partition(z, V - k, axis=-1)[:, V - k : V - k + 1]       # (B, 1)
         keep &= z >= kth
 
-    # 3. Top-p on the top-k survivors, renormalised over them.
+    # 3. Top-p on the top-k survivors, renormalised over them, one row at a time.
     if p_top is not None and p_top < 1.0:
-        q = np.where(keep, probs, 0.0)
-        q /= q.sum(axis=-1, keepdims=True)                              # (B, V)
-        order = np.argsort(-q, axis=-1, kind="stable")                   # (B, V) most likely first
-        ranked = np.take_along_axis(q, order, axis=-1)                   # (B, V)
-        above = np.cumsum(ranked, axis=-1) - ranked                      # mass ranked above each id
-        above[:, 0] = 0.0                                                # the top id always survives
-        keep_ranked = above < p_top                                      # (B, V)
-        nucleus = np.zeros_like(keep)
-        np.put_along_axis(nucleus, order, keep_ranked, axis=-1)
-        keep &= nucleus
+        for b in range(len(z)):
+            ids = np.flatnonzero(keep[b])                                # survivors, ascending ids
+            q = probs[b, ids] / probs[b, ids].sum()                      # renormalised over them
+            order = np.argsort(-q, kind="stable")                        # most likely first; ties: lower id
+            ranked = q[order]
+            above = np.concatenate(([0.0], np.cumsum(ranked)[:-1]))     # mass ranked above each id
+            keep[b, ids[order[above >= p_top]]] = False                  # the top id (above = 0) stays
 
     # 4. Restrict to the survivors and renormalise over them only.
     out = np.where(keep, probs, 0.0)
@@ -211,12 +207,19 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
-    # The last id with positive mass: a draw that rounds past the end lands there.
-    last = probs.shape[-1] - 1 - np.argmax((probs > 0)[..., ::-1], axis=-1)
+    # side="right" finds i with cdf[i-1] <= u < cdf[i], so p[i] > 0. Only a u
+    # that rounds up to the total can run off the end: it goes to the last
+    # id with positive mass.
     if probs.ndim == 1:
         u = rng.random(size) * cdf[-1]
-        ids = np.minimum(np.searchsorted(cdf, u, side="right"), last)
+        ids = np.searchsorted(cdf, u, side="right")
+        if np.any(ids >= len(probs)):
+            ids = np.minimum(ids, np.flatnonzero(probs > 0)[-1])
         return int(ids) if size is None else ids.astype(np.int64)
     u = rng.random(len(probs)) * cdf[:, -1]                              # (B,)
-    ids = np.array([np.searchsorted(c, x, side="right") for c, x in zip(cdf, u)])
-    return np.minimum(ids, last).astype(np.int64)
+    return np.array([int(_sample_row(c, x, p)) for c, x, p in zip(cdf, u, probs)], dtype=np.int64)
+
+
+def _sample_row(cdf: np.ndarray, u: float, probs: np.ndarray) -> int:
+    i = int(np.searchsorted(cdf, u, side="right"))
+    return i if i < len(cdf) else int(np.flatnonzero(probs > 0)[-1])
