@@ -193,10 +193,12 @@ def test_the_docs_table_matches_the_registry():
     assert generic == {("layers.{i}." + local(k)) if k.startswith("layers.") else k for k in registry()}
 
 
-def test_module_examples_run():
+@pytest.mark.parametrize("module", ["", ".registry", ".record", ".tracer", ".interventions", ".files"])
+def test_module_examples_run(module):
     import doctest
+    import importlib
 
-    assert doctest.testmod(tr).failed == 0
+    assert doctest.testmod(importlib.import_module("glassllm.trace" + module)).failed == 0
 
 
 # ----------------------------------------------------------------------------
@@ -315,6 +317,21 @@ def test_cached_generation_equals_uncached_rows(tiny_model):
             for kv in ("cache_k", "cache_v"):
                 name = f"layers.{i}.attn.{kv}"
                 np.testing.assert_array_equal(b.values[name][:, :a.m], a.values[name])
+
+
+def test_generation_under_a_tracer_records_one_step_per_forward(tiny_model):
+    from glassllm.generate import generate
+
+    prompt = tokens_for(TINY, 5, seed=24).tolist()
+    with Tracer(tiny_model, names=["attn.cache_k", "logits"]) as t:
+        out = [tok.id for tok in generate(tiny_model, None, prompt, max_new_tokens=4, temperature=0)]
+    steps = t.trace.steps
+    assert [(s.n, s.m, s.start) for s in steps] == [(5, 5, 0), (1, 6, 5), (1, 7, 6), (1, 8, 7)]
+    assert t.trace.tokens.tolist() == prompt + out[:3]
+    for s in steps:                                      # greedy: each step's last row picks the next id
+        assert int(np.argmax(s.values["logits"][-1])) == out[s.index]
+    for a, b in zip(steps, steps[1:]):
+        np.testing.assert_array_equal(b.values["layers.1.attn.cache_k"][:, :a.m], a.values["layers.1.attn.cache_k"])
 
 
 def test_a_rewound_cache_does_not_change_recorded_snapshots(tiny_model):
@@ -697,21 +714,44 @@ def test_fuzzed_manifests_give_value_errors_only(saved):
                                max_leaves=8)
     step_keys = sorted(good["steps"][0])
 
-    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
-    @hypothesis.given(key=st.sampled_from(sorted(good) + [f"steps.{k}" for k in step_keys]), value=json_values)
-    def check(key, value):
-        manifest = json.loads(json.dumps(good))
-        if key.startswith("steps."):
-            manifest["steps"][0][key[6:]] = value
-        else:
-            manifest[key] = value
-        try:
-            tr.validate_manifest(manifest)
-        except ValueError as e:
-            assert str(e).startswith("trace manifest:") and "\n" not in str(e)
-
-    check()
     with tempfile.TemporaryDirectory() as d:
-        dest = Path(d) / "t.npz"
-        dest.write_bytes(path.read_bytes())
-        assert load_trace(dest).names() == ["layers.0.attn.q", "layers.0.attn.mask"]
+        copy = Path(d) / "t.npz"
+        copy.write_bytes(path.read_bytes())
+
+        @hypothesis.settings(max_examples=120, deadline=None, derandomize=True)
+        @hypothesis.given(key=st.sampled_from(sorted(good) + [f"steps.{k}" for k in step_keys]), value=json_values)
+        def check(key, value):
+            manifest = json.loads(json.dumps(good))
+            if key.startswith("steps."):
+                manifest["steps"][0][key[6:]] = value
+            else:
+                manifest[key] = value
+            try:
+                tr.validate_manifest(manifest)
+            except ValueError as e:
+                assert str(e).startswith("trace manifest:") and "\n" not in str(e)
+            try:                                       # the same manifest inside a file
+                load_trace(rewrite(copy, manifest))
+            except ValueError as e:
+                assert "\n" not in str(e)
+
+        check()
+        assert load_trace(copy).names() == ["layers.0.attn.q", "layers.0.attn.mask"]
+
+
+def test_corrupted_bytes_give_value_errors_only(saved, tmp_path):
+    path, _ = saved
+    raw = path.read_bytes()
+    rng = np.random.default_rng(0)
+    bad = tmp_path / "flipped.npz"
+    for _ in range(300):
+        data = bytearray(raw)
+        for _ in range(int(rng.integers(1, 4))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        if rng.random() < 0.2:
+            data = data[: int(rng.integers(len(data)))]
+        bad.write_bytes(bytes(data))
+        try:
+            load_trace(bad)
+        except ValueError as e:
+            assert "\n" not in str(e)

@@ -1,0 +1,246 @@
+"""Interventions: change a snapshot during the forward, so that everything downstream sees it.
+
+An intervention is bound to the registry once (:meth:`Intervention.bind`
+validates its arguments and names the snapshots it edits) and then applied
+inside :meth:`Tracer.record` at every forward. Ablation and temperature are
+written with autograd ops, so gradients still flow through the untouched
+parts; an :class:`Edit` or a whole-snapshot :class:`Patch` is a constant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import autograd as ag
+from ..autograd import Tensor
+from ..config import ModelConfig
+from .record import Step, Trace
+from .registry import _index, _resolve_all
+
+
+def _constant(data: np.ndarray, like: Tensor) -> Tensor:
+    """New values for a snapshot: a constant, but a leaf that still receives its gradient."""
+    return Tensor(data, requires_grad=bool(ag.is_grad_enabled() and like.requires_grad))
+
+
+def _layers(layers, n_layers: int) -> list[int]:
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
+        layers = [layers]
+    return [_index(i, "layer", n_layers) for i in layers]
+
+
+class Intervention:
+    """Changes snapshots during the forward; the model goes on with the new value.
+
+    Subclasses implement ``bind(axes, config) -> list of full names`` (called
+    once by the :class:`Tracer`, validating every argument) and ``apply(name,
+    t, step) -> Tensor`` (same shape; the batch axis is still there).
+    """
+
+    def bind(self, axes: dict, config: ModelConfig) -> list[str]:
+        raise NotImplementedError
+
+    def apply(self, name: str, t: Tensor, step: Step) -> Tensor:
+        raise NotImplementedError
+
+
+class Edit(Intervention):
+    """Replace snapshot(s) ``names`` by ``fn(value)``, batch row by batch row.
+
+    ``fn`` gets a copy of one row (batch removed, the documented shape) and
+    returns an array of the same shape. The result is a constant: no gradient
+    flows back through an edit to what produced the snapshot.
+    """
+
+    def __init__(self, names, fn):
+        if not callable(fn):
+            raise TypeError(f"Edit needs a function, got {type(fn).__name__}")
+        self.patterns, self.fn = names, fn
+
+    def bind(self, axes, config):
+        return _resolve_all(self.patterns, axes)
+
+    def apply(self, name, t, step):
+        rows = []
+        for b in range(t.shape[0]):
+            new = np.asarray(self.fn(np.array(t.data[b])))
+            if new.shape != t.shape[1:]:
+                raise ValueError(f"Edit of {name!r}: fn returned shape {new.shape}, expected {t.shape[1:]}")
+            rows.append(new)
+        return _constant(np.stack(rows).astype(t.dtype, copy=False), t)
+
+    def __repr__(self):
+        return f"Edit({self.patterns!r}, fn={getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+class ZeroAblate(Intervention):
+    """Zero head ``head`` of layer ``layer``: its slice of ``attn.mix`` (the per-head output before W_O)."""
+
+    def __init__(self, layer: int, head: int):
+        self.layer, self.head = layer, head
+
+    def bind(self, axes, config):
+        self.layer = _index(self.layer, "layer", config.n_layers)
+        self.head = _index(self.head, "head", config.n_heads)
+        return [f"layers.{self.layer}.attn.mix"]
+
+    def apply(self, name, t, step):
+        keep = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)            # (1, H, 1, 1)
+        keep[0, self.head] = 0
+        return t * keep                                                  # (B, H, n, D)
+
+    def __repr__(self):
+        return f"ZeroAblate(layer={self.layer}, head={self.head})"
+
+
+class MeanAblate(Intervention):
+    """Replace head ``head`` of layer ``layer`` (its ``attn.mix`` slice) by a mean output.
+
+    ``mean``: a (D,) array, or a :class:`Trace` of reference text that recorded
+    ``layers.{layer}.attn.mix``: the mean of that head over all its positions
+    and steps. (A mean over the current forward's own positions would let
+    early positions see later ones, so it is not offered.)
+    """
+
+    def __init__(self, layer: int, head: int, mean):
+        self.layer, self.head, self.mean = layer, head, mean
+
+    def bind(self, axes, config):
+        self.layer = _index(self.layer, "layer", config.n_layers)
+        self.head = _index(self.head, "head", config.n_heads)
+        if isinstance(self.mean, Trace):
+            rows = [self.mean.get("attn.mix", layer=self.layer, head=self.head, step=s.index)
+                    for s in self.mean.steps]                            # [(n_s, D)]
+            if not rows:
+                raise ValueError("MeanAblate: the reference trace has no steps")
+            self.mean = np.concatenate(rows).astype(np.float64).mean(axis=0)  # (D,)
+        mean = np.asarray(self.mean, dtype=np.float64)
+        if mean.shape != (config.head_dim,) or not np.all(np.isfinite(mean)):
+            raise ValueError(f"MeanAblate: mean must be {config.head_dim} finite numbers, got shape {mean.shape}")
+        self.mean = mean
+        return [f"layers.{self.layer}.attn.mix"]
+
+    def apply(self, name, t, step):
+        H = t.shape[1]
+        keep = np.ones((1, H, 1, 1), dtype=t.dtype)                      # (1, H, 1, 1)
+        keep[0, self.head] = 0
+        fill = np.zeros((1, H, 1, t.shape[3]), dtype=t.dtype)            # (1, H, 1, D)
+        fill[0, self.head, 0] = self.mean
+        return t * keep + fill                                           # (B, H, n, D)
+
+    def __repr__(self):
+        return f"MeanAblate(layer={self.layer}, head={self.head})"
+
+
+class Patch(Intervention):
+    """Set snapshot(s) ``names`` to the values another run recorded (activation patching).
+
+    ``source``: a :class:`Trace` that recorded those names, or an array of
+    the snapshot's shape (batch removed) for a single name. The source step
+    defaults to the current step's index. ``positions``: indices along the
+    snapshot's n axis to patch (default: all); the others keep their values
+    (and their gradient). Every batch row gets the same patched values.
+    """
+
+    def __init__(self, names, source, step=None, positions=None):
+        if not isinstance(source, Trace):
+            source = np.asarray(source)
+        self.patterns, self.source, self.source_step = names, source, step
+        self.positions = None if positions is None else np.atleast_1d(np.asarray(positions))
+        if self.positions is not None and self.positions.dtype.kind not in "iu":
+            raise TypeError(f"Patch positions must be ints, got {positions!r}")
+
+    def bind(self, axes, config):
+        found = _resolve_all(self.patterns, axes)
+        if not isinstance(self.source, Trace) and len(found) != 1:
+            raise ValueError(f"Patch with an array needs exactly one name; {self.patterns!r} matches {len(found)}")
+        if isinstance(self.source, Trace):
+            missing = [k for k in found if k not in self.source.names()]
+            if missing:
+                raise ValueError(f"Patch: the source trace did not record {missing[0]!r}")
+        self.axes = {k: axes[k] for k in found}
+        return found
+
+    def apply(self, name, t, step):
+        if isinstance(self.source, Trace):
+            src_step = step.index if self.source_step is None else self.source_step
+            value = self.source.get(name, step=src_step)
+        else:
+            value = self.source
+        if value.shape != t.shape[1:]:
+            raise ValueError(f"Patch of {name!r}: the source has shape {value.shape}, this forward has {t.shape[1:]}")
+        value = np.broadcast_to(value.astype(t.dtype), t.shape)
+        if self.positions is None:
+            return _constant(np.array(value), t)
+        axis = 1 + self.axes[name].index("n") if "n" in self.axes[name] else None
+        if axis is None:
+            raise ValueError(f"Patch positions need an n axis; {name!r} has axes {self.axes[name]}")
+        pos = self.positions
+        if np.any((pos < -t.shape[axis]) | (pos >= t.shape[axis])):
+            raise ValueError(f"Patch positions {pos.tolist()} out of range for n={t.shape[axis]}")
+        sel = np.zeros(t.shape[axis], dtype=bool)
+        sel[pos] = True
+        sel = sel.reshape([-1 if i == axis else 1 for i in range(t.ndim)])  # broadcast along the n axis
+        if t.dtype == np.bool_:
+            return Tensor(np.where(sel, value, t.data))
+        return t * (~sel).astype(t.dtype) + np.where(sel, value, 0).astype(t.dtype)
+
+    def __repr__(self):
+        src = "Trace" if isinstance(self.source, Trace) else f"array{self.source.shape}"
+        pos = "" if self.positions is None else f", positions={self.positions.tolist()}"
+        return f"Patch({self.patterns!r}, source={src}{pos})"
+
+
+class MaskOff(Intervention):
+    """Switch off the causal mask of ``layers`` (default: all): every query sees every key, future included.
+
+    (It also lifts a left-padding mask.) The spec's mask experiment.
+    """
+
+    def __init__(self, layers=None):
+        self.layers = layers
+
+    def bind(self, axes, config):
+        self.layers = _layers(self.layers, config.n_layers)
+        return [f"layers.{i}.attn.mask" for i in self.layers]
+
+    def apply(self, name, t, step):
+        return Tensor(np.zeros(t.shape, dtype=bool))                     # (B, n, m)
+
+    def __repr__(self):
+        return f"MaskOff(layers={self.layers})"
+
+
+class Temperature(Intervention):
+    """Divide the attention scores of ``layers`` (default all) and ``heads`` (default all) by ``temperature``.
+
+    Above 1 every row of attention weights gets flatter over the keys it may
+    read; below 1 sharper. Masked keys stay at weight 0 (the mask comes after).
+    The spec's temperature experiment.
+    """
+
+    def __init__(self, temperature: float, layers=None, heads=None):
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(temperature) or temperature <= 0:
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+        self.temperature, self.layers, self.heads = float(temperature), layers, heads
+
+    def bind(self, axes, config):
+        self.layers = _layers(self.layers, config.n_layers)
+        if self.heads is not None:
+            heads = [self.heads] if isinstance(self.heads, (int, np.integer)) else self.heads
+            self.heads = [_index(h, "head", config.n_heads) for h in heads]
+        return [f"layers.{i}.attn.scores" for i in self.layers]
+
+    def apply(self, name, t, step):
+        factor = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)          # (1, H, 1, 1)
+        factor[0, self.heads if self.heads is not None else slice(None)] = 1.0 / self.temperature
+        return t * factor                                                # (B, H, n, m)
+
+    def __repr__(self):
+        return f"Temperature({self.temperature}, layers={self.layers}, heads={self.heads})"
+

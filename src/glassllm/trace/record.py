@@ -1,0 +1,138 @@
+"""What a tracer recorded: :class:`Step` (one forward) and :class:`Trace` (the steps, read by name).
+
+Arrays are stored with the batch axis removed and are read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import ModelConfig
+from .registry import _head_axis, _index, _resolve, axis_sizes
+
+
+@dataclass
+class Step:
+    """One forward pass: n new queries at positions start .. start+n-1, against m keys.
+
+    ``tokens`` (n,) are the kept batch row's input ids; ``values`` and
+    ``grads`` map snapshot names to arrays (batch removed, read-only).
+    """
+
+    index: int
+    n: int
+    m: int
+    start: int
+    tokens: np.ndarray
+    values: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)
+
+
+class Trace:
+    """Snapshots (and gradients) of one or more forward passes, keyed by step and name.
+
+    Read with :meth:`get` / :meth:`grad`; export with :meth:`save`.
+    """
+
+    def __init__(self, config: ModelConfig, axes: dict, recorded: list[str], steps: list[Step],
+                 batch: int = 0, dtype: str = "float32", interventions: list[str] | None = None):
+        self.config = config
+        self.axes = dict(axes)             # the whole registry
+        self._names = list(recorded)
+        self.steps = steps
+        self.batch = batch
+        self.dtype = dtype
+        self.interventions = list(interventions or [])
+        self.loss: float | None = None
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self._names)} names, {len(self.steps)} step(s), batch row {self.batch})"
+
+    def names(self) -> list[str]:
+        """The recorded names, in forward order."""
+        return list(self._names)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The kept row's token ids of all steps, in order: (start of last step + its n,)."""
+        if not self.steps:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([s.tokens for s in self.steps])
+
+    def name(self, name: str, layer=None) -> str:
+        """The full name of ``name`` (with ``layer`` for a layer-local name); ValueError if unknown."""
+        found = _resolve(name, self.axes, layer)
+        if len(found) != 1:
+            raise ValueError(f"{name!r} matches {len(found)} snapshots ({found[0]}, ...); "
+                             f"pass layer= or a full name")
+        return found[0]
+
+    def step(self, step=None) -> Step:
+        if step is None:
+            if len(self.steps) != 1:
+                raise ValueError(f"this trace has {len(self.steps)} steps: pass step=0..{len(self.steps) - 1}")
+            return self.steps[0]
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"step must be an int, got {step!r}")
+        if not -len(self.steps) <= step < len(self.steps):
+            raise ValueError(f"step={step} is out of range: this trace has {len(self.steps)} step(s)")
+        return self.steps[step]
+
+    def get(self, name: str, layer=None, head=None, step=None) -> np.ndarray:
+        """The snapshot ``name`` (batch removed), optionally one ``head`` of it.
+
+        ``name`` is a full name or a layer-local one with ``layer``. ``head``
+        indexes the snapshot's own head axis: a query head (H) for q, rope_q,
+        scores, softmax, mix; a key/value head (G) for k, v, rope_k, cache_k,
+        cache_v. ``step`` picks the forward (required when there are several).
+        """
+        return self._read(name, layer, head, step, grads=False)
+
+    def grad(self, name: str, layer=None, head=None, step=None) -> np.ndarray:
+        """``d loss / d snapshot`` for ``name``, with the same selection as :meth:`get`."""
+        return self._read(name, layer, head, step, grads=True)
+
+    def _read(self, name, layer, head, step, grads: bool) -> np.ndarray:
+        full = self.name(name, layer)
+        s = self.step(step)
+        store = s.grads if grads else s.values
+        if full not in store:
+            if full not in self._names:
+                raise ValueError(f"{full!r} was not recorded; this trace holds {self._names or 'nothing'} "
+                                 f"(pass names=None to record everything)")
+            if grads and full.endswith("attn.mask"):
+                raise ValueError(f"{full!r} is boolean: it has no gradient")
+            if grads:
+                raise ValueError(f"no gradient for {full!r} at step {s.index}: run the backward pass "
+                                 f"inside the tracer's with-block, outside no_grad")
+            raise ValueError(f"{full!r} was not recorded at step {s.index}")
+        out = store[full]
+        if head is not None:
+            axis = _head_axis(full, self.axes[full])
+            if axis is None:
+                raise ValueError(f"{full!r} has no head axis (axes {', '.join(self.axes[full])})")
+            out = out.take(_index(head, "head", out.shape[axis]), axis=axis)
+        return out
+
+    def shape(self, name: str, layer=None, step=None) -> tuple:
+        full = self.name(name, layer)
+        s = self.step(step)
+        return tuple(axis_sizes(self.config, s.n, s.m)[a] for a in self.axes[full])
+
+    # -- export ----------------------------------------------------------------
+    def manifest(self) -> dict:
+        """The JSON description stored in a trace file (see :mod:`glassllm.trace.files`)."""
+        from .files import manifest_of
+
+        return manifest_of(self)
+
+    def save(self, path) -> None:
+        """Write the trace to ``path`` as a ``.npz`` with ``manifest.json`` inside, atomically.
+
+        Array members: ``values/{step}/{name}.npy`` and ``grads/{step}/{name}.npy``.
+        """
+        from .files import save_trace
+
+        save_trace(self, path)

@@ -1,0 +1,231 @@
+"""The snapshot registry: every name the model records, its axes and shape, and name selection.
+
+Every module of :mod:`glassllm.nn` lists the tensors it computes (``SNAPSHOTS``);
+walking the modules gives the registry, full name -> axis letters (batch
+removed), in the order a forward pass produces them. Everything else -- the
+tracer's filters, :meth:`Trace.get`, the trace file's manifest, the table in
+``docs/snapshots.md`` -- is derived from it.
+
+Shape legend: n new queries, m keys (m = start + n), H query heads, G
+key/value heads, D head dim, C model width, V vocabulary, F MLP width.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ModelConfig
+
+STORAGE_DTYPES = ("float16", "float32", "float64")
+MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
+
+
+def registry(model_or_config=None) -> dict[str, tuple[str, ...]]:
+    """Every snapshot name -> its axis letters (batch removed), in forward order.
+
+    Takes a model (its modules are walked) or a :class:`ModelConfig` (a
+    skeleton of the same depth is walked; names depend only on ``n_layers``).
+    """
+    if model_or_config is None:
+        model_or_config = ModelConfig()
+    if isinstance(model_or_config, ModelConfig):
+        if model_or_config.n_layers > MAX_LAYERS:
+            raise ValueError(f"n_layers={model_or_config.n_layers} exceeds the tracer's limit of {MAX_LAYERS}")
+        return dict(_skeleton_registry(model_or_config.n_layers))
+    if callable(getattr(model_or_config, "snapshot_axes", None)):
+        return dict(model_or_config.snapshot_axes())
+    raise TypeError(f"expected a Transformer or a ModelConfig, got {type(model_or_config).__name__}")
+
+
+@lru_cache(maxsize=8)
+def _skeleton_registry(n_layers: int) -> tuple:
+    from ..nn import Transformer
+
+    # The smallest model with this many layers: same modules, same names.
+    tiny = ModelConfig(vocab_size=1, dim=2, n_layers=n_layers, n_heads=1, n_kv_heads=1, ffn_dim=1, max_seq_len=1)
+    return tuple(Transformer(tiny, seed=0).snapshot_axes().items())
+
+
+def names(model_or_config=None) -> list[str]:
+    """The registry's names in forward order (default: the default config)."""
+    return list(registry(model_or_config))
+
+
+def axis_sizes(config: ModelConfig, n: int, m: int) -> dict[str, int]:
+    """The size of every axis letter for one forward of n new queries against m keys."""
+    return {"n": n, "m": m, "H": config.n_heads, "G": config.n_kv_heads, "D": config.head_dim,
+            "C": config.dim, "V": config.vocab_size, "F": config.ffn_dim}
+
+
+def snapshot_shape(name: str, config: ModelConfig | None = None, n: int = 1, m: int | None = None) -> tuple:
+    """The shape (batch removed) of snapshot ``name`` for n new queries against m keys (default m = n)."""
+    config = ModelConfig() if config is None else config
+    axes = registry(config)
+    if name not in axes:
+        raise ValueError(f"no snapshot is named {name!r}; names are {_summary(axes)}")
+    sizes = axis_sizes(config, n, n if m is None else m)
+    return tuple(sizes[a] for a in axes[name])
+
+
+def _summary(axes) -> str:
+    """Registry names with layer numbers folded: 'embed, layers.{0..3}.resid_pre, ...'."""
+    layers = sorted({int(k.split(".")[1]) for k in axes if k.startswith("layers.")})
+    span = f"layers.{{0..{layers[-1]}}}." if layers else "layers.{i}."
+    seen = dict.fromkeys(re.sub(r"^layers\.\d+\.", span, k) for k in axes)
+    return ", ".join(seen)
+
+
+def _resolve(pattern, axes: dict, layer=None) -> list[str]:
+    """Registry names matched by one pattern, in forward order.
+
+    A pattern is a full name (``layers.2.attn.softmax``), a glob
+    (``layers.2.attn.*``) or a layer-local name/glob (``attn.softmax``: every
+    layer, or only ``layer`` when given).
+    """
+    if not isinstance(pattern, str):
+        raise TypeError(f"a snapshot name must be a str, got {type(pattern).__name__}")
+    if layer is None and pattern in axes:
+        return [pattern]
+    n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
+    if layer is not None:
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n_layers:
+            raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
+        if not pattern.startswith("layers."):
+            pattern = f"layers.{layer}.{pattern}"
+        elif not pattern.startswith(f"layers.{layer}."):
+            raise ValueError(f"{pattern!r} names another layer than layer={layer}")
+    found = [k for k in axes if fnmatch.fnmatchcase(k, pattern)]
+    if not found and not pattern.startswith("layers."):
+        found = [k for k in axes if fnmatch.fnmatchcase(k, "layers.*." + pattern)]
+    if not found:
+        bad = re.match(r"layers\.(\d+)\.", pattern)
+        if bad and int(bad.group(1)) >= n_layers:
+            raise ValueError(f"layer {int(bad.group(1))} in {pattern!r} does not exist: "
+                             f"the model has layers 0..{n_layers - 1}")
+        raise ValueError(f"no snapshot is named {pattern!r}; names are {_summary(axes)}")
+    return found
+
+
+def _resolve_all(patterns, axes: dict) -> list[str]:
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    try:
+        patterns = list(patterns)
+    except TypeError:
+        raise TypeError(f"names must be a str or a list of str, got {type(patterns).__name__}") from None
+    chosen = set()
+    for p in patterns:
+        chosen.update(_resolve(p, axes))
+    return [k for k in axes if k in chosen]
+
+
+def _head_axis(name: str, axes: tuple) -> int | None:
+    for letter in ("H", "G"):
+        if letter in axes:
+            return axes.index(letter)
+    return None
+
+
+def _storage_dtype(dtype):
+    if dtype is None:
+        return None
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be one of {STORAGE_DTYPES}, got {dtype!r}") from None
+    if dt.name not in STORAGE_DTYPES:
+        raise ValueError(f"dtype must be one of {STORAGE_DTYPES}, got {dt.name!r}")
+    return dt
+
+
+def _index(value, what: str, size: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if value < 0 or (size is not None and value >= size):
+        where = f"0..{size - 1}" if size else "an int >= 0"
+        raise ValueError(f"{what}={value} is out of range: expected {where}")
+    return int(value)
+
+
+
+# ----------------------------------------------------------------------------
+# The documented table (docs/snapshots.md)
+# ----------------------------------------------------------------------------
+
+# What each snapshot is; keys are names with the layer number removed.
+DESCRIPTIONS = {
+    "embed": "token embedding rows: the residual stream entering layer 0",
+    "resid_pre": "residual stream entering the block",
+    "attn_norm.in": "input of the attention RMSNorm (same values as resid_pre; its gradient is the norm's share)",
+    "attn_norm.rms": "root mean square of each position's vector, `sqrt(mean(in**2) + eps)`",
+    "attn_norm.out": "normalised input of attention: `in / rms * weight`",
+    "attn.q": "queries: `attn_norm.out @ wq.T`, split into heads",
+    "attn.k": "keys: `attn_norm.out @ wk.T`, one per key/value head",
+    "attn.v": "values: `attn_norm.out @ wv.T`, one per key/value head",
+    "attn.rope_q": "queries rotated by their absolute positions (RoPE, interleaved pairs)",
+    "attn.rope_k": "keys rotated by their absolute positions",
+    "attn.cache_k": "all m keys the queries read: the cached ones followed by rope_k",
+    "attn.cache_v": "all m values the queries read: the cached ones followed by v",
+    "attn.scores": "`rope_q @ cache_k.T / sqrt(D)`, each K/V head serving its query heads; before the mask",
+    "attn.mask": "True where key j is in query i's future (forbidden)",
+    "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
+    "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
+    "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
+    "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
+    "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
+    "mlp_norm.rms": "root mean square of each position's vector",
+    "mlp_norm.out": "normalised input of the MLP",
+    "mlp.gate": "gate pre-activation: `mlp_norm.out @ w1.T`",
+    "mlp.up": "up projection: `mlp_norm.out @ w3.T`",
+    "mlp.act": "`silu(gate) = gate * sigmoid(gate)`",
+    "mlp.prod": "`act * up`, the SwiGLU hidden vector",
+    "mlp.out": "down projection: `prod @ w2.T`",
+    "resid_post": "residual stream after the MLP: `resid_mid + mlp.out`",
+    "norm.in": "input of the final RMSNorm (the last block's output)",
+    "norm.rms": "root mean square of each position's vector",
+    "norm.out": "normalised final residual stream",
+    "logits": "next-token scores over the vocabulary",
+    "probs": "softmax of the logits: next-token probabilities",
+}
+
+DOC_BEGIN = "<!-- BEGIN GENERATED: python -m glassllm.trace docs/snapshots.md -->"
+DOC_END = "<!-- END GENERATED -->"
+
+
+def snapshot_table(config: ModelConfig | None = None) -> str:
+    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), meaning."""
+    config = ModelConfig() if config is None else config
+    sizes = {**axis_sizes(config, 0, 0), "n": "n", "m": "m"}
+    rows = ["| name | axes | shape | what it is |", "|---|---|---|---|"]
+    seen = set()
+    for name, axes in registry(config).items():
+        generic = re.sub(r"^layers\.\d+\.", "layers.{i}.", name)
+        if generic in seen:
+            continue
+        seen.add(generic)
+        local = generic.removeprefix("layers.{i}.")
+        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(sizes[a] for a in axes)} | {DESCRIPTIONS[local]} |")
+    return "\n".join(rows) + "\n"
+
+
+def _tuple(items) -> str:
+    items = [str(i) for i in items]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def write_snapshot_doc(path) -> None:
+    """Replace the generated block of ``path`` (between the markers) by :func:`snapshot_table`."""
+    from ..checkpoint import atomic_write
+
+    text = Path(path).read_text(encoding="utf-8")
+    if DOC_BEGIN not in text or DOC_END not in text:
+        raise ValueError(f"{str(path)!r} lacks the markers {DOC_BEGIN!r} ... {DOC_END!r}")
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    atomic_write(path, f"{head}{DOC_BEGIN}\n{snapshot_table()}{DOC_END}{tail}")
+

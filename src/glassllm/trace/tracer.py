@@ -1,0 +1,179 @@
+"""The :class:`Tracer`: records snapshots (and their gradients) while the model runs.
+
+The model calls three methods on an attached tracer (see :mod:`glassllm.nn`):
+``begin_forward(n=, m=, start=, tokens=)`` at the start of every forward,
+``wants(names)`` to decide whether to take a spelled-out teaching path, and
+``record(name, t)``, whose return value flows on downstream -- which is how
+interventions replace a snapshot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import autograd as ag
+from ..autograd import Tensor
+from .interventions import Intervention
+from .record import Step, Trace
+from .registry import _index, _resolve_all, _storage_dtype, registry
+
+# Snapshots that are views into buffers the model later overwrites (the KV
+# cache's arrays, when a cache is rewound or reused): always stored as copies.
+# Every other snapshot is a fresh array that no op ever writes into again.
+_BUFFER_VIEWS = ("cache_k", "cache_v")
+
+
+class Tracer:
+    """Records snapshots (and their gradients) of ``model`` while the ``with`` block runs.
+
+    ``names``: None records every snapshot; otherwise a name, glob or
+    layer-local name, or a list of them (each must match some snapshot).
+    ``batch``: which batch row to keep. ``dtype``: storage dtype (float16,
+    float32 or float64; default: the model's). ``interventions``: edits applied
+    during every forward (see :class:`Intervention`).
+
+    >>> from glassllm.nn import Transformer
+    >>> model = Transformer(seed=0)
+    >>> with Tracer(model, names="logits") as tracer:
+    ...     _ = model([1, 2, 3])
+    ...     _ = model([4])
+    >>> [(s.n, s.m) for s in tracer.trace.steps]
+    [(3, 3), (1, 1)]
+    """
+
+    def __init__(self, model, names=None, *, batch: int = 0, dtype=None, interventions=()):
+        self.model = model
+        self.config = model.config
+        self.axes = registry(model)
+        self.selected = set(self.axes) if names is None else set(_resolve_all(names, self.axes))
+        self.batch = _index(batch, "batch")
+        self.dtype = _storage_dtype(dtype)
+        if isinstance(interventions, Intervention):
+            interventions = [interventions]
+        self.interventions = list(interventions)
+        self._edits: dict[str, list] = {}
+        for iv in self.interventions:
+            if not isinstance(iv, Intervention):
+                raise TypeError(f"interventions must be Intervention objects, got {type(iv).__name__}")
+            for k in iv.bind(self.axes, self.config):
+                self._edits.setdefault(k, []).append(iv)
+        self._active = frozenset(self.selected | set(self._edits))
+        self.steps: list[Step] = []
+        self._live: list[tuple[Step, str, Tensor]] = []
+
+    # -- the protocol the model calls -----------------------------------------
+    def begin_forward(self, n: int, m: int, start: int, tokens) -> None:
+        """A forward of n new tokens against m keys begins: open a new step."""
+        tokens = np.asarray(tokens)
+        if self.batch >= tokens.shape[0]:
+            raise ValueError(f"batch={self.batch} is out of range: the forward has batch size {tokens.shape[0]}")
+        self.steps.append(Step(len(self.steps), int(n), int(m), int(start), tokens[self.batch].copy()))
+
+    def wants(self, names) -> bool:
+        """Does any of these full names need to be seen (recorded or edited)?"""
+        active = self._active
+        return any(k in active for k in names)
+
+    def record(self, name: str, t: Tensor) -> Tensor:
+        """Apply the interventions on ``name``, store it if selected; return what flows on."""
+        if name not in self._active:
+            return t
+        if not self.steps:
+            raise ValueError(f"snapshot {name!r} arrived outside a model forward (call the Transformer)")
+        step = self.steps[-1]
+        for iv in self._edits.get(name, ()):
+            new = iv.apply(name, t, step)
+            if not isinstance(new, Tensor) or new.shape != t.shape:
+                got = new.shape if isinstance(new, Tensor) else type(new).__name__
+                raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of shape {t.shape}")
+            t = new
+        if name in self.selected:
+            if ag.is_grad_enabled() and t.requires_grad:
+                # An identity node of its own, so that this name gets its own gradient.
+                t = ag.reshape(t, t.shape).retain_grad()
+                self._live.append((step, name, t))
+            step.values[name] = self._keep(name, t.data)
+        return t
+
+    def _keep(self, name: str, data: np.ndarray, copy: bool = False) -> np.ndarray:
+        """The kept batch row, cast to the storage dtype, read-only."""
+        row = data[self.batch]
+        target = row.dtype if (self.dtype is None or row.dtype == np.bool_) else self.dtype
+        if copy or data.shape[0] > 1 or target != row.dtype or name.endswith(_BUFFER_VIEWS):
+            row = row.astype(target, copy=True)
+        else:
+            row = row.view()  # a fresh array nothing writes to again: no copy needed
+        row.flags.writeable = False
+        return row
+
+    # -- context manager --------------------------------------------------------
+    def __enter__(self) -> "Tracer":
+        if getattr(self.model, "_tracer", None) is not None:
+            raise ValueError("this model already has a tracer attached; exit that one's with-block first")
+        self.model.set_tracer(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.model.set_tracer(None)
+        self.collect_grads()
+        return False
+
+    def collect_grads(self) -> None:
+        """Store the gradients a backward pass left on the recorded snapshots.
+
+        Called on exit. If no backward has run yet, nothing is stored (call
+        this again after a backward that runs outside the with-block). A
+        snapshot the loss does not depend on (``probs`` when the loss is
+        computed from the logits) gets a zero gradient.
+        """
+        live, self._live = self._live, []
+        if not any(t.grad is not None for _, _, t in live):
+            self._live = live  # maybe backward has not run yet
+            return
+        for step, name, t in live:
+            g = t.grad if t.grad is not None else np.zeros_like(t.data)
+            step.grads[name] = self._keep(name, g, copy=True)
+            t.grad = None
+
+    @property
+    def trace(self) -> Trace:
+        """What has been recorded so far."""
+        dtype = np.dtype(self.model.dtype if self.dtype is None else self.dtype).name
+        return Trace(self.config, self.axes, [k for k in self.axes if k in self.selected], self.steps,
+                     self.batch, dtype, [repr(iv) for iv in self.interventions])
+
+    def names(self) -> list[str]:
+        """The names this tracer records, in forward order."""
+        return [k for k in self.axes if k in self.selected]
+
+
+def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0, dtype=None,
+          interventions=()) -> Trace:
+    """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
+
+    With ``targets`` (same shape as tokens), the mean cross-entropy is
+    back-propagated too, so every snapshot gets its gradient (``trace.loss``
+    holds the loss). The parameters' ``.grad`` are left as they were.
+    """
+    tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
+    if targets is None:
+        with ag.no_grad(), tracer:
+            model(tokens, cache)
+        return tracer.trace
+    params = model.parameters()
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        with tracer:
+            logits = model(tokens, cache)
+            targets = np.asarray(targets)
+            loss = ag.cross_entropy(logits, targets.reshape(logits.shape[:-1]) if targets.ndim == 1 else targets)
+            loss.backward()
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+    out = tracer.trace
+    out.loss = float(loss.item())
+    return out
+
