@@ -235,7 +235,8 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
     if longest + max_new > ctx:
         which = "the prompt" if len(ids) == 1 else "the longest prompt"
-        raise ValueError(f"{which} ({longest} tokens) plus max_new_tokens={max_new} exceeds the context of "
+        raise ValueError(f"{which} ({longest} token{'s' * (longest != 1)}) plus max_new_tokens={max_new} "
+                         f"exceeds the context of "
                          f"{ctx} positions; shorten the prompt or ask for at most {max(ctx - longest, 0)} tokens")
     return _decode(model, tokenizer, ids, max_new, t, k, p, stops, rngs, alternatives, fast)
 
@@ -382,8 +383,10 @@ def _cli(args) -> int:
     out.write(f"prompt: {args.prompt!r} ({len(_check_prompt(args.prompt, model, tokenizer))} tokens)\n")
     out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'prob':>7}  top alternatives\n")
     for t in records:
-        alts = "  ".join(f"{tokenizer.piece(i)!r} {p:.3f}" for i, p in t.top if i != t.id)
-        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {t.piece!r:<16} {t.prob:>7.4f}  {alts}\n")
+        # Pieces are already readable (escapes for bytes and control characters): quote, don't repr.
+        alts = "  ".join(f"'{tokenizer.piece(i)}' {p:.3f}" for i, p in t.top if i != t.id)
+        piece = f"'{t.piece}'"
+        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {piece:<16} {t.prob:>7.4f}  {alts}\n")
         out.flush()
         if t.finish:
             out.write(f"[stopped: {t.finish}]\n")
