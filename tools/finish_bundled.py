@@ -1,0 +1,216 @@
+"""Turn the finished bundled training run into the package's model and model card.
+
+Run from the repository root once ``runs/bundled`` has reached its last step::
+
+    python tools/finish_bundled.py
+
+It
+
+1. checks that the run finished (the training state is at its last step);
+2. re-evaluates the run's ``model.safetensors`` on the held-out file the run
+   used (``glassllm eval`` semantics: non-overlapping 256-token windows, loss,
+   perplexity, bits per byte);
+3. evaluates the fixed probe text below -- the same text
+   ``tests/test_train.py::PROBE_TEXT`` evaluates -- and records its SHA-256,
+   loss and bits per byte, so the test can check the shipped figures;
+4. draws a few samples, unedited, with the library's sampler
+   (:func:`glassllm.generate.generate_text`): temperature 0.8, top-k 40,
+   seeds 0, 1, 2, ..., at most 200 new tokens each, stopping at ``<|endoftext|>``;
+5. writes ``src/glassllm/assets/tinystories.safetensors`` (weights, config,
+   tokenizer, and all these figures as metadata; at most 8 MB), copies the
+   loss curve to ``assets/loss.png`` and writes ``assets/MODEL_CARD.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "src" / "glassllm" / "assets"
+MAX_BYTES = 8 * 1024 * 1024
+
+# Keep identical to tests/test_train.py::PROBE_TEXT (the test compares SHA-256s).
+PROBE_TEXT = (
+    "Once upon a time, there was a little dog named Max. Max liked to run in the park with his red ball.\n"
+    "One day, Max saw a small bird on a tree. The bird was sad because it could not find its mom.\n"
+    "Max said, \"Do not be sad. I will help you!\" They looked under the big tree and near the pond.\n"
+    "At last, they found the mom bird. The little bird was so happy. Max wagged his tail and went home.\n"
+    "<|endoftext|>\n"
+)
+PROMPTS = ["Once upon a time", "One day, a little girl named Lily", "Tom and his dog", "The sun was hot"]
+SAMPLING = {"temperature": 0.8, "top_k": 40, "max_new_tokens": 200}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", default=str(ROOT / "runs" / "bundled"), help="the training run folder")
+    parser.add_argument("--valid", default=None, help="held-out text (default: the run's own --valid files)")
+    parser.add_argument("--allow-unfinished", action="store_true", help="package a run that has not finished")
+    parser.add_argument("--dest", default=str(ASSETS), help="folder for the model, card and curve (default: the package's assets)")
+    args = parser.parse_args(argv)
+
+    from safetensors import safe_open
+
+    from glassllm.checkpoint import atomic_write, bundled_model_path, load_model, save_model
+    from glassllm.generate import generate_text
+    from glassllm.train import evaluate_text
+
+    run = Path(args.run)
+    with safe_open(str(run / "train_state.safetensors"), framework="numpy") as f:
+        state = f.metadata()
+    config = json.loads(state["train_config"])
+    step = int(state["step"])
+    if step != config["steps"] and not args.allow_unfinished:
+        print(f"the run in {run} is at step {step} of {config['steps']}; wait for it to finish", file=sys.stderr)
+        return 2
+    model, tok, meta = load_model(run / "model.safetensors")
+    if meta["step"] != str(step):
+        print(f"model.safetensors is at step {meta['step']} but the state at {step}; resume the run to "
+              "re-export it", file=sys.stderr)
+        return 2
+
+    valid_files = [args.valid] if args.valid else [f for f, _ in json.loads(state["data"])["valid"]]
+    print(f"evaluating on {valid_files} ...", flush=True)
+    valid = evaluate_text(model, tok, valid_files)
+    probe = evaluate_text(model, tok, PROBE_TEXT)
+    print(f"held-out: {valid.line()}\nprobe:    {probe.line()}", flush=True)
+
+    samples = []
+    for seed, prompt in enumerate(PROMPTS):
+        text = generate_text(model, tok, prompt, seed=seed, **SAMPLING)
+        samples.append({"prompt": prompt, "seed": seed, "text": prompt + text})
+        print(f"--- sample {seed} ---\n{prompt + text}", flush=True)
+
+    extra = {k: v for k, v in meta.items() if k not in ("format", "version", "config", "tokenizer")}
+    extra.update({
+        "valid_loss": repr(valid.loss), "valid_perplexity": repr(valid.perplexity),
+        "valid_bits_per_byte": repr(valid.bits_per_byte), "valid_tokens": str(valid.tokens),
+        "valid_bytes": str(valid.bytes),
+        "probe_sha256": hashlib.sha256(PROBE_TEXT.encode("utf-8")).hexdigest(),
+        "probe_loss": repr(probe.loss), "probe_bits_per_byte": repr(probe.bits_per_byte),
+        "samples": json.dumps({"sampling": SAMPLING, "samples": samples}),
+        "packaged": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+    dest = Path(args.dest)
+    target = bundled_model_path() if dest == ASSETS else dest / bundled_model_path().name
+    save_model(target, model, tok, extra)
+    os.chmod(target, 0o644)
+    size = target.stat().st_size
+    if size > MAX_BYTES:
+        target.unlink()
+        print(f"the model file is {size} bytes, over the 8 MB limit; not shipped", file=sys.stderr)
+        return 2
+    if (run / "loss.png").exists():
+        shutil.copyfile(run / "loss.png", dest / "loss.png")
+    card = model_card(model, extra, config, valid, probe, samples, size)
+    atomic_write(dest / "MODEL_CARD.md", card)
+    os.chmod(dest / "MODEL_CARD.md", 0o644)
+    print(f"wrote {target} ({size:,} bytes) and {dest / 'MODEL_CARD.md'}")
+    return 0
+
+
+def model_card(model, meta, config, valid, probe, samples, size) -> str:
+    c = model.config
+    train_sha = json.loads(meta["train_data_sha256"])
+    valid_sha = json.loads(meta["valid_data_sha256"])
+    wall = float(meta["wall_time_s"])
+    lines = [
+        "# glassllm TinyStories model",
+        "",
+        "The model that ships inside the package (`glassllm/assets/tinystories.safetensors`) and that",
+        "`glassllm generate`, `glassllm inspect` and the lessons use when no `--model` is given. It was",
+        "trained from scratch on a CPU by glassllm's own NumPy autograd and AdamW -- no PyTorch involved.",
+        "",
+        "## Reproduce it",
+        "",
+        "From the repository root, with the developers' TinyStories subset in `../shared/data/tinystories/`:",
+        "",
+        "```",
+        meta["command"],
+        "python tools/finish_bundled.py",
+        "```",
+        "",
+        "The first command trains the tokenizer and the model (run folder `runs/bundled`); the second",
+        "re-evaluates it, draws the samples below and writes this card and the model file. Every",
+        "hyperparameter is a `TrainConfig` default (listed below); `--threads 1` only pins BLAS to one thread.",
+        "",
+        "## Figures",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| seed | {meta['seed']} |",
+        f"| training data | `train.txt`, SHA-256 `{next(iter(train_sha.values()))}` |",
+        f"| held-out data | `valid.txt`, SHA-256 `{next(iter(valid_sha.values()))}` |",
+        f"| steps | {meta['step']} |",
+        f"| tokens seen | {int(meta['tokens_seen']):,} (steps x {config['batch_size']} x {config['seq_len']}) |",
+        f"| wall time | {wall:.0f} s ({wall / 60:.1f} min) of training and evaluation, 1 BLAS thread on a shared 2-core machine |",
+        f"| final training loss | {float(meta['train_loss']):.4f} (last batch) |",
+        f"| held-out loss | {meta['valid_loss']} nats/token (perplexity {valid.perplexity:.3f}) |",
+        f"| held-out bits per byte | {meta['valid_bits_per_byte']} |",
+        f"| held-out size | {valid.tokens:,} predicted tokens, {valid.bytes:,} bytes |",
+        f"| probe text loss | {meta['probe_loss']} (bits/byte {meta['probe_bits_per_byte']}, SHA-256 `{meta['probe_sha256'][:16]}...`) |",
+        f"| model file | {size:,} bytes |",
+        "",
+        "Held-out figures use `glassllm eval` semantics: the text is encoded with the model's tokenizer and cut",
+        "into non-overlapping 256-token windows; every token but the first is predicted once. Loss is the mean",
+        "of the nats over predicted tokens; bits per byte divides the total nats by ln 2 times the UTF-8 bytes",
+        "of the predicted tokens' text. Re-check with",
+        "`glassllm eval --data ../shared/data/tinystories/valid.txt`.",
+        "The probe text is a short story written for `tests/test_train.py`, which re-evaluates the shipped",
+        "model on it and compares with the loss recorded here.",
+        "",
+        "![loss curve](loss.png)",
+        "",
+        "## Model",
+        "",
+        f"LLaMA-style decoder: {model.num_params():,} parameters, vocabulary {c.vocab_size} (byte-level BPE trained",
+        f"on the training text), width {c.dim}, {c.n_layers} layers, {c.n_heads} query heads sharing {c.n_kv_heads}",
+        f"key/value heads of size {c.head_dim}, SwiGLU width {c.ffn_dim}, RMSNorm, interleaved RoPE",
+        f"(theta {c.rope_theta:g}), no biases, context up to {c.max_seq_len} positions (trained on {config['seq_len']}).",
+        "Weights are float32.",
+        "",
+        "## Training",
+        "",
+        "```",
+        json.dumps(config, indent=2, sort_keys=True),
+        "```",
+        "",
+        f"AdamW (betas {config['beta1']}, {config['beta2']}, eps {config['eps']}) with decoupled weight decay",
+        f"{config['weight_decay']} on the weight matrices only (not the norm gains); learning rate warmed up",
+        f"linearly over {config['warmup_steps']} steps to {config['lr']}, then cosine-decayed to {config['min_lr']};",
+        f"gradients clipped to global norm {config['grad_clip']}. Batches are {config['batch_size']} random windows of",
+        f"{config['seq_len']} tokens drawn from a seeded generator.",
+        "",
+        "## Samples",
+        "",
+        f"Unedited, drawn with `glassllm.generate.generate_text` at temperature {SAMPLING['temperature']},",
+        f"top-k {SAMPLING['top_k']}, at most {SAMPLING['max_new_tokens']} new tokens, stopping at `<|endoftext|>`.",
+        "",
+    ]
+    for s in samples:
+        lines += [f"**Prompt `{s['prompt']}`, seed {s['seed']}:**", "", "```text", s["text"].rstrip(), "```", ""]
+    lines += [
+        "## Limits",
+        "",
+        "A one-million-parameter model trained for under an hour on 6 MB of children's stories: it writes",
+        "simple, mostly grammatical stories with the TinyStories vocabulary, loses the thread over longer",
+        "spans, and knows nothing outside that world. It is a teaching model, not an assistant.",
+        "",
+        "## Data and license",
+        "",
+        "TinyStories (Eldan & Li, 2023), CDLA-Sharing-1.0; the subset and its provenance are described in",
+        "`../shared/data/README.md`. The model weights are not data under CDLA.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
