@@ -1,0 +1,125 @@
+"""``glassllm inspect [PROMPT]``: open the inspector in a browser, or write it to one HTML file.
+
+::
+
+    glassllm inspect "Once upon a time"                    # local server on 127.0.0.1, opens the browser
+    glassllm inspect "Once upon a time" --no-browser --port 8765
+    glassllm inspect "Once upon a time" --html story.html  # one offline file, nothing fetched
+
+The bundled TinyStories model is used unless ``--model FILE`` names another
+model file. The server binds to loopback unless ``--host`` says otherwise
+(with a warning: the inspector has no authentication).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+__all__ = ["add_cli", "DEFAULT_PROMPT", "DEFAULT_PORT"]
+
+DEFAULT_PROMPT = "Once upon a time there was a little dog"
+DEFAULT_PORT = 8765
+
+
+def add_cli(name: str, parser) -> None:
+    parser.add_argument("prompt", nargs="?", default=None, metavar="PROMPT",
+                        help=f"the text to inspect (default: {DEFAULT_PROMPT!r})")
+    parser.add_argument("--model", metavar="FILE", default=None,
+                        help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=None, metavar="N",
+                        help=f"port to listen on (default {DEFAULT_PORT}, or a free one if it is taken; 0 = any free port)")
+    parser.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    parser.add_argument("--html", metavar="FILE", default=None,
+                        help="write one self-contained offline HTML file for PROMPT instead of serving")
+    parser.add_argument("--steps", type=int, default=8, metavar="N",
+                        help="with --html: greedy decoding steps to include (default 8)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=256, metavar="N",
+                        help="longest prompt a request may send, in tokens (default 256; capped by the context)")
+    parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
+                        help="most decoding steps a request may ask for (default 64)")
+    parser.add_argument("--max-cells", type=int, default=1 << 19, metavar="N",
+                        help=f"most values in one snapshot response (default {1 << 19})")
+    parser.set_defaults(func=_cli)
+
+
+def _load(path):
+    from ..checkpoint import bundled_model_path, load_model
+
+    if path is None:
+        path = bundled_model_path()
+        if not path.exists():
+            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
+                             "from this installation")
+    return load_model(path)
+
+
+def _cli(args) -> int:
+    from .data import Inspector
+    from .schema import Limits
+
+    for flag in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535 (0 = any free port), got {args.port}")
+    prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
+    if prompt == "":
+        raise ValueError("PROMPT is empty: give at least one character")
+    model, tokenizer, meta = _load(args.model)
+    limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
+    inspector = Inspector(model, tokenizer, limits, meta)
+    inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
+
+    if args.html is not None:
+        from .export import export_html
+
+        stats = export_html(inspector, prompt, args.html, steps=args.steps)
+        print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views); "
+              "open it in any browser, offline")
+        return 0
+    return _serve(inspector, prompt, args)
+
+
+def _serve(inspector, prompt: str, args) -> int:
+    from .server import Server, create_app, is_loopback
+
+    loopback = is_loopback(args.host)
+    if not loopback:
+        print(f"warning: listening on {args.host} makes the inspector reachable from other machines; "
+              "it has no authentication. Use --host 127.0.0.1 to keep it local.", file=sys.stderr)
+    app = create_app(inspector, loopback_only=loopback, prompt=prompt)
+    ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
+    server = None
+    for i, port in enumerate(ports):
+        try:
+            server = Server(app, args.host, port).start()
+            break
+        except ValueError:
+            if i == len(ports) - 1:
+                raise
+    url = server.url
+    print(f"glassllm inspector: {url}   (Ctrl+C to stop)", flush=True)
+    if not args.no_browser:
+        _open_browser(url)
+    try:
+        while server.thread.is_alive():
+            server.thread.join(0.5)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
+    finally:
+        server.stop()
+    return 0
+
+
+def _open_browser(url: str) -> None:
+    """Open ``url`` when a graphical browser is likely; never a text browser in this terminal."""
+    import webbrowser
+
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        print("(no display: open the URL above in a browser)", file=sys.stderr)
+        return
+    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()

@@ -1,0 +1,396 @@
+"""The inspector's data layer: a model, a tokenizer and a request in; a JSON-ready answer out.
+
+This is the only part of the inspector that runs the model. The server
+(:mod:`glassllm.inspector.server`) and the offline export
+(:mod:`glassllm.inspector.export`) both call :class:`Inspector`, so the page
+sees the same numbers in both modes.
+
+Three kinds of answer, one per request type of :mod:`glassllm.inspector.schema`:
+
+- ``info()``: the model's shape, every snapshot name with its axes, the
+  vocabulary's pieces and the limits -- what the page needs to build its menus;
+- ``snapshot(req)``: one (rows, cols) slice of one snapshot of one forward
+  pass, as exact binary floats, with the row and column labels and, for
+  attention, which cells the causal mask forbids;
+- ``next_token(req)``: the last position's logits (the page recomputes
+  ``softmax(logits / T)`` live), the ids that survive top-k / top-p
+  (:mod:`glassllm.sampling`), and, with an intervention, the logits before and after.
+
+Forward passes are traced with :mod:`glassllm.trace` and kept in a small
+least-recently-used cache, so switching layer, head or snapshot only slices
+arrays that are already computed. Decoding steps come from
+:func:`glassllm.generate.generate` (greedy, module path, KV cache), traced the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..sampling import sampling_distribution
+from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest
+
+__all__ = ["Inspector", "encode_array"]
+
+# Axis letters that select a head; the slice keeps the two axes after it.
+HEAD_AXES = ("H", "G")
+# Which snapshot names (without their layer prefix) the page groups under which heading.
+GROUPS = (
+    ("residual stream", ("resid_pre", "resid_mid", "resid_post", "embed")),
+    ("attention", ("attn_norm.", "attn.")),
+    ("MLP", ("mlp_norm.", "mlp.")),
+    ("output", ("norm.", "logits", "probs")),
+)
+
+
+def encode_array(a: np.ndarray) -> dict:
+    """An array as exact little-endian bytes in base64: ``{"dtype", "shape", "b64"}``.
+
+    Floats travel bit for bit (no decimal rounding, and -inf survives), so the
+    page shows exactly the numbers the tracer recorded.
+    """
+    a = np.asarray(a)
+    kinds = {"f": {4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
+    dtype = kinds.get(a.dtype.kind, {}).get(a.dtype.itemsize)
+    if dtype is None:
+        a, dtype = a.astype(np.float64), "float64"
+    data = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<"))
+    return {"dtype": dtype, "shape": list(a.shape), "b64": base64.b64encode(data.tobytes()).decode("ascii")}
+
+
+class _Run:
+    """One traced forward pass: step ``step`` of a :class:`~glassllm.trace.Trace`.
+
+    ``ids``: the token ids of all m positions the pass could read;
+    ``target``: the token whose loss was differentiated (None: no gradients).
+    """
+
+    def __init__(self, trace, step: int, ids: list[int], target: int | None):
+        self.trace, self.step, self.ids, self.target = trace, step, ids, target
+        self.start = trace.steps[step].start                             # positions already cached
+        self.logits = trace.get("logits", step=step)[-1]                 # (V,) the last position's
+
+    def get(self, full: str, head: int | None, grad: bool) -> np.ndarray:
+        read = self.trace.grad if grad else self.trace.get
+        return read(full, head=head, step=self.step)
+
+
+class Inspector:
+    """Answers the page's requests for one model.
+
+    ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
+    :class:`~glassllm.tokenizer.Tokenizer`; ``limits``: what one request may cost
+    (the prompt is capped to fit the context). Thread-safe: one lock guards the model.
+    """
+
+    def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
+                 cache_size: int = 4):
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
+                             f"{model.config.vocab_size}")
+        self.model, self.tokenizer = model, tokenizer
+        self.config = model.config
+        self.limits = (limits or Limits()).fit(model.config.max_seq_len)
+        self.meta = dict(meta or {})
+        self.axes = model.snapshot_axes()                       # full name -> axis letters
+        self._lock = threading.Lock()
+        self._runs: OrderedDict = OrderedDict()
+        self._steps: OrderedDict = OrderedDict()
+        self._cache_size = cache_size
+        self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
+
+    # ------------------------------------------------------------------ names
+    def local_names(self) -> list[str]:
+        """Snapshot names as the page lists them: layer 0's names without ``layers.0.``, then the rest."""
+        out = []
+        for full in self.axes:
+            if full.startswith("layers.0."):
+                out.append(full.removeprefix("layers.0."))
+            elif not full.startswith("layers."):
+                out.append(full)
+        return out
+
+    def full_name(self, name: str, layer: int | None) -> str:
+        """``attn.softmax`` + layer 2 -> ``layers.2.attn.softmax``; checks both against the registry."""
+        if name in self.axes and not name.startswith("layers."):
+            if layer is not None:
+                raise ValueError(f"snapshot {name!r} is outside the layers; send layer null, got layer {layer}")
+            return name
+        if f"layers.0.{name}" not in self.axes:
+            raise ValueError(f"unknown snapshot {name[:64]!r}; expected one of: {', '.join(self.local_names())}")
+        L = self.config.n_layers
+        if layer is None:
+            raise ValueError(f"snapshot {name!r} is inside the layers: send a layer in 0..{L - 1}")
+        if not 0 <= layer < L:
+            raise ValueError(f"layer {layer} is out of range: this model has layers 0..{L - 1}")
+        return f"layers.{layer}.{name}"
+
+    # ------------------------------------------------------------------ info
+    def info(self) -> dict:
+        c = self.config
+        names = []
+        for local in self.local_names():
+            full = local if local in self.axes else f"layers.0.{local}"
+            axes = self.axes[full]
+            head_axis = next((a for a in axes if a in HEAD_AXES), None)
+            names.append({
+                "name": local, "axes": list(axes), "in_layer": full.startswith("layers."),
+                "head_axis": head_axis,
+                "heads": {"H": c.n_heads, "G": c.n_kv_heads}.get(head_axis, 0),
+                "group": _group(local),
+            })
+        return {
+            "model": {**c.to_dict(), "head_dim": c.head_dim, "params": self.model.num_params(),
+                      "dtype": str(self.model.dtype)},
+            "meta": {k: v for k, v in self.meta.items() if k in ("step", "trained_on", "loss", "source")},
+            "names": names,
+            "vocab": self._vocab,
+            "eot_id": _eot(self.tokenizer),
+            "limits": {"max_prompt_tokens": self.limits.max_prompt_tokens,
+                       "max_new_tokens": self.limits.max_new_tokens, "max_cells": self.limits.max_cells},
+        }
+
+    # ------------------------------------------------------------------ tokens
+    def encode(self, prompt: str) -> list[int]:
+        """Prompt text -> ids (special tokens allowed, as ``glassllm generate`` does), length-checked."""
+        ids = self.tokenizer.encode(prompt, allowed_special="all")
+        limit = self.limits.max_prompt_tokens
+        if not ids:
+            raise ValueError("prompt is empty: type at least one character")
+        if len(ids) > limit:
+            raise ValueError(f"prompt has {len(ids)} tokens; this inspector takes at most {limit} "
+                             f"(--max-prompt-tokens, at most the context {self.config.max_seq_len} - 1)")
+        return ids
+
+    def tokens(self, req: PromptRequest) -> dict:
+        ids = self.encode(req.prompt)
+        return {"ids": ids, "pieces": [self._vocab[i] for i in ids]}
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self, req: SnapshotRequest) -> dict:
+        """One (rows, cols) slice of a snapshot: see the module docstring."""
+        full = self.full_name(req.name, req.layer)
+        axes = self.axes[full]
+        head_axis = next((a for a in axes if a in HEAD_AXES), None)
+        heads = {"H": self.config.n_heads, "G": self.config.n_kv_heads}.get(head_axis, 0)
+        if head_axis is None and req.head is not None:
+            raise ValueError(f"snapshot {req.name!r} has no head axis (axes {axes}); send head null")
+        if head_axis is not None:
+            if req.head is None:
+                raise ValueError(f"snapshot {req.name!r} has {heads} heads: send a head in 0..{heads - 1}")
+            if not 0 <= req.head < heads:
+                raise ValueError(f"head {req.head} is out of range: {req.name!r} has heads 0..{heads - 1}")
+        if req.grad and req.step:
+            raise ValueError(f"gradients are shown for the prompt's pass only (step 0), got step {req.step}")
+        if req.intervention is not None and req.step:
+            raise ValueError(f"interventions apply to the prompt's pass only (step 0), got step {req.step}")
+        if req.target is not None and req.target >= self.config.vocab_size:
+            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        ids = self.encode(req.prompt)
+        self._check_intervention(req.intervention)
+
+        run = self._run_for(ids, req.step, req.intervention, req.target if req.grad else None, req.grad)
+        a = run.get(full, req.head, req.grad)                            # head axis dropped
+        row_axes = axes[1:] if head_axis is not None else axes
+        assert head_axis is None or axes[0] == head_axis
+        if a.ndim == 1:
+            a = a[:, None]                                               # (n,) -> (n, 1)
+            row_axes = (row_axes[0], "")
+        rows, cols = a.shape
+        if rows * cols > self.limits.max_cells:
+            raise ValueError(f"snapshot {full!r} has {rows} x {cols} = {rows * cols} values; this inspector "
+                             f"sends at most {self.limits.max_cells} (--max-cells)")
+
+        m = len(run.ids)
+        n = m - run.start
+        pieces = [self._vocab[i] for i in run.ids]
+        labels = {"n": (pieces[run.start:], list(range(run.start, m))), "m": (pieces, list(range(m)))}
+        row_labels, row_pos = labels.get(row_axes[0], ([], []))
+        col_kind = {"n": "token", "m": "token", "V": "vocab", "": "none"}.get(row_axes[1], "feature")
+        col_labels = labels[row_axes[1]][0] if col_kind == "token" else None
+
+        masked = None
+        if row_axes == ("n", "m") or full.endswith("attn.mask"):
+            layer_mask = run.get(full.rsplit(".", 1)[0] + ".mask", None, False)  # (n, m) True = forbidden
+            masked = encode_array(layer_mask.astype(np.uint8))
+        out = {
+            "name": full, "local": req.name, "layer": req.layer, "head": req.head,
+            "head_axis": head_axis, "heads": heads, "axes": list(row_axes), "shape": [rows, cols],
+            "step": req.step, "grad": req.grad, "n": n, "m": m, "start": run.start,
+            "rows": row_labels, "row_pos": row_pos, "cols": col_labels, "col_kind": col_kind,
+            "values": encode_array(a), "masked": masked,
+            "target": run.target, "target_piece": None if run.target is None else self._vocab[run.target],
+        }
+        return out
+
+    # ------------------------------------------------------------------ next token
+    def next_token(self, req: NextRequest) -> dict:
+        """Logits of the last position, survivors of top-k / top-p, and before/after an intervention."""
+        ids = self.encode(req.prompt)
+        V = self.config.vocab_size
+        if req.top_k is not None and req.top_k > V:
+            raise ValueError(f"top_k {req.top_k} is out of range: this vocabulary has {V} ids")
+        if req.intervention is not None and req.step:
+            raise ValueError(f"interventions apply to the prompt's pass only (step 0), got step {req.step}")
+        self._check_intervention(req.intervention)
+        run = self._run_for(ids, req.step, None, None, False)
+        out = {"step": req.step, "position": len(run.ids) - 1, "m": len(run.ids), "start": run.start,
+               "tokens": [self._vocab[i] for i in run.ids], "ids": run.ids,
+               **self._distribution(run.logits, req)}
+        if req.step:
+            out["fed"] = {"id": run.ids[-1], "piece": self._vocab[run.ids[-1]]}
+        out["finished"] = self._finished(ids, req.step, run)
+        if req.intervention is not None:
+            after = self._run_for(ids, 0, req.intervention, None, False)
+            out["after"] = self._distribution(after.logits, req)
+        return out
+
+    def _distribution(self, logits: np.ndarray, req: NextRequest) -> dict:
+        dist = sampling_distribution(logits, req.temperature, req.top_k, req.top_p)  # (V,) float64
+        survivors = np.flatnonzero(dist > 0)
+        survivors = survivors[np.lexsort((survivors, -dist[survivors]))]
+        return {"logits": encode_array(logits), "sampled": encode_array(dist),
+                "survivors": [int(i) for i in survivors]}
+
+    # ------------------------------------------------------------------ runs
+    def _check_intervention(self, iv: Intervention | None) -> None:
+        if iv is None:
+            return
+        L, H = self.config.n_layers, self.config.n_heads
+        if iv.layer >= L:
+            raise ValueError(f"intervention layer {iv.layer} is out of range: this model has layers 0..{L - 1}")
+        if iv.head is not None and iv.head >= H:
+            raise ValueError(f"intervention head {iv.head} is out of range: attention has heads 0..{H - 1}")
+        if iv.kind == "ablate" and iv.head is None:
+            raise ValueError("intervention 'ablate' needs a head")
+        if iv.kind == "temperature" and iv.temperature is None:
+            raise ValueError("intervention 'temperature' needs a temperature (a number in (0, 100])")
+        if iv.kind != "temperature" and iv.temperature is not None:
+            raise ValueError(f"intervention {iv.kind!r} takes no temperature; got {iv.temperature}")
+        if iv.kind == "mask_off" and iv.head is not None:
+            raise ValueError("intervention 'mask_off' switches the mask off for the whole layer; send head null")
+
+    def _finished(self, ids: list[int], step: int, run: _Run) -> str | None:
+        """Why greedy decoding cannot take a step after pass ``step`` (None if it can)."""
+        if int(np.argmax(run.logits)) == _eot(self.tokenizer):
+            return "the model's top choice is <|endoftext|>: the text ends here"
+        if step + 1 > self.limits.max_new_tokens:
+            return f"this inspector stops after {self.limits.max_new_tokens} steps (--max-new-tokens)"
+        if len(ids) + step + 1 >= self.config.max_seq_len:
+            return f"the context of {self.config.max_seq_len} positions is full"
+        return None
+
+    def _run_for(self, ids: list[int], step: int, iv: Intervention | None, target: int | None,
+                 grad: bool) -> _Run:
+        if step == 0:
+            return self._prompt_run(ids, iv, target, grad)
+        if step > self.limits.max_new_tokens:
+            raise ValueError(f"step {step} is beyond this inspector's {self.limits.max_new_tokens} "
+                             "generation steps (--max-new-tokens)")
+        if len(ids) + step >= self.config.max_seq_len:
+            raise ValueError(f"step {step} after a {len(ids)}-token prompt would exceed the context of "
+                             f"{self.config.max_seq_len} positions")
+        return self._step_run(ids, step)
+
+    def _prompt_run(self, ids, iv, target, grad) -> _Run:
+        key = (tuple(ids), None if iv is None else iv.model_dump_json(), target if grad else None, grad)
+        with self._lock:
+            if key in self._runs:
+                self._runs.move_to_end(key)
+                return self._runs[key]
+            if not grad:
+                # A run with gradients also holds every value: reuse it.
+                for k, run in self._runs.items():
+                    if k[:2] == key[:2]:
+                        return run
+            if grad and target is None:
+                # The model's own top choice, from the plain run (cached, or made and cached here).
+                plain_key = key[:2] + (None, False)
+                if plain_key not in self._runs:
+                    self._runs[plain_key] = _trace_prompt(self.model, ids, iv, False, None)
+                target = int(np.argmax(self._runs[plain_key].logits))
+            run = _trace_prompt(self.model, ids, iv, grad, target)
+            self._runs[key] = run
+            while len(self._runs) > self._cache_size:
+                self._runs.popitem(last=False)
+            return run
+
+    def _step_run(self, ids, step) -> _Run:
+        key = tuple(ids)
+        with self._lock:
+            passes = self._steps.get(key)
+            if passes is None or len(passes) <= step:
+                # Recompute from the prompt, a few steps ahead, so stepping on is a cache hit.
+                want = min(max(step + 1, 2 * len(passes or ()), 8), self.limits.max_new_tokens + 1,
+                           self.config.max_seq_len - len(ids))
+                passes = _trace_decoding(self.model, self.tokenizer, ids, want)
+                self._steps[key] = passes
+                while len(self._steps) > self._cache_size:
+                    self._steps.popitem(last=False)
+            self._steps.move_to_end(key)
+            if step >= len(passes):
+                raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
+                                 f"{len(passes) - 1}; there is no step {step}")
+            return passes[step]
+
+
+def _group(local: str) -> str:
+    for title, prefixes in GROUPS:
+        if any(local == p or (p.endswith(".") and local.startswith(p)) for p in prefixes):
+            return title
+    return "other"
+
+
+def _eot(tokenizer) -> int | None:
+    try:
+        return tokenizer.eot_id
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------
+# The tracer calls (glassllm.trace): the only place the model runs
+# ----------------------------------------------------------------------------
+
+def _edits(iv: Intervention | None) -> list:
+    """The page's intervention as the tracer's."""
+    from .. import trace as tr
+
+    if iv is None:
+        return []
+    if iv.kind == "ablate":
+        return [tr.ZeroAblate(iv.layer, iv.head)]
+    if iv.kind == "mask_off":
+        return [tr.MaskOff(layers=[iv.layer])]
+    return [tr.Temperature(iv.temperature, layers=[iv.layer], heads=iv.head)]
+
+
+def _trace_prompt(model, ids, iv, grad, target) -> _Run:
+    """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot."""
+    from ..trace import trace
+
+    tokens = np.array(ids)                                               # (n,)
+    if not grad:
+        t = trace(model, tokens, interventions=_edits(iv))
+        return _Run(t, 0, list(ids), None)
+    # Cross-entropy only at the last position: every other target is ignored (-100).
+    targets = np.full(len(ids), -100)
+    targets[-1] = target
+    t = trace(model, tokens, targets=targets, interventions=_edits(iv))
+    return _Run(t, 0, list(ids), target)
+
+
+def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
+    """Greedy decoding with the KV cache, traced: one _Run per forward pass (0 = the prompt)."""
+    from ..generate import generate
+    from ..trace import Tracer
+
+    with Tracer(model) as tracer:
+        chosen = [tok.id for tok in generate(model, tokenizer, ids, max_new_tokens=passes,
+                                             temperature=0, fast=False)]
+    t = tracer.trace
+    seq = list(ids) + chosen
+    return [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps)]

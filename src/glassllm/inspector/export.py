@@ -1,0 +1,149 @@
+"""One self-contained HTML file: the inspector for one prompt, working offline.
+
+The page's controls can only ask a finite set of questions about one prompt,
+so the export asks them all ahead of time and embeds the answers under the
+same request keys the page uses (:func:`~glassllm.inspector.schema.request_key`).
+The page's script finds ``<script id="glass-data">`` and answers itself from it
+instead of calling a server; nothing else changes.
+
+What is embedded, for the prompt:
+
+- every snapshot of every layer and head, its value and its gradient;
+- ``steps`` greedy decoding steps (fewer if the text ends), every snapshot's value;
+- the next-token logits of the prompt and of every step;
+- interventions: each head ablated, the mask switched off in each layer, the
+  scores of each layer divided by each of ``TEMPERATURES``: the logits after each,
+  and the intervened layer's scores, mask and weights.
+
+Answers a view cannot have (the gradient of a constant, say) are embedded as
+their error message, which the page shows as the live server would. Style
+sheet and script are inlined, and a Content-Security-Policy forbids every
+network request, so the file works offline and can be shared as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import ValidationError
+
+from ..checkpoint import atomic_write
+from .data import Inspector
+from .schema import (
+    Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error, request_key,
+)
+from .server import read_assets
+
+__all__ = ["TEMPERATURES", "build_responses", "render_html", "export_html"]
+
+TEMPERATURES = (0.25, 0.5, 2.0, 4.0)   # the page's score-temperature choices
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+       "connect-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+def _answer(fn, req) -> dict:
+    try:
+        return fn(req)
+    except ValueError as e:
+        return {"error": str(e).splitlines()[0]}
+
+
+def _views(inspector: Inspector, layers, names=None):
+    """(name, layer, head) for every view the page's selectors can reach."""
+    for entry in inspector.info()["names"]:
+        if names is not None and entry["name"] not in names:
+            continue
+        for layer in (layers if entry["in_layer"] else [None]):
+            for head in (range(entry["heads"]) if entry["heads"] else [None]):
+                yield entry["name"], layer, head
+
+
+def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, dict]:
+    """Every answer the page can ask for about ``prompt``: request key -> response."""
+    out: dict[str, dict] = {}
+
+    def put(kind, fn, req):
+        answer = _answer(fn, req)
+        if kind == "next":
+            # The page filters the logits itself; the server's filtered copy is for API clients.
+            for part in (answer, answer.get("after") or {}):
+                part.pop("sampled", None)
+                part.pop("survivors", None)
+        out[request_key(kind, req)] = answer
+
+    tokens = PromptRequest(prompt=prompt)
+    put("tokens", inspector.tokens, tokens)
+    inspector.encode(prompt)  # a bad prompt fails here, with the server's message
+    layers = range(inspector.config.n_layers)
+
+    # The prompt's pass: values and gradients.
+    put("next", inspector.next_token, NextRequest(prompt=prompt))
+    for name, layer, head in _views(inspector, layers):
+        for grad in (False, True):
+            put("snapshot", inspector.snapshot,
+                SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, grad=grad))
+
+    # Greedy decoding, step by step, while the text goes on.
+    for step in range(1, steps + 1):
+        nxt = out[request_key("next", NextRequest(prompt=prompt, step=step - 1))]
+        if "error" in nxt or nxt.get("finished"):
+            break
+        put("next", inspector.next_token, NextRequest(prompt=prompt, step=step))
+        for name, layer, head in _views(inspector, layers):
+            put("snapshot", inspector.snapshot,
+                SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, step=step))
+
+    # Interventions: the logits after each, and the intervened layer's attention.
+    H = inspector.config.n_heads
+    for layer in layers:
+        ivs = [Intervention(kind="ablate", layer=layer, head=h) for h in range(H)]
+        ivs.append(Intervention(kind="mask_off", layer=layer))
+        ivs += [Intervention(kind="temperature", layer=layer, temperature=t) for t in TEMPERATURES]
+        for iv in ivs:
+            put("next", inspector.next_token, NextRequest(prompt=prompt, intervention=iv))
+            for name, _, head in _views(inspector, [layer], {"attn.scores", "attn.mask", "attn.softmax"}):
+                put("snapshot", inspector.snapshot,
+                    SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, intervention=iv))
+    return out
+
+
+def render_html(info: dict, prompt: str, responses: dict[str, dict]) -> str:
+    """The page with its style, script and data inlined."""
+    assets = read_assets()
+    data = json.dumps({"info": info, "prompt": prompt, "responses": responses},
+                      separators=(",", ":"), ensure_ascii=True)
+    data = data.replace("<", "\\u003c")  # no "</script>" can close the data block early
+    html = assets["index.html"]
+    head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+    html = html.replace('<meta charset="utf-8">\n', '<meta charset="utf-8">\n' + head, 1)
+    style = "<style>\n" + assets["style.css"] + "</style>"
+    script = ('<script id="glass-data" type="application/json">' + data + "</script>\n"
+              "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>")
+    html, n_style = re.subn(r'<link rel="stylesheet" href="style.css">', lambda _: style, html)
+    html, n_script = re.subn(r'<script src="app.js"></script>', lambda _: script, html)
+    assert n_style == 1 and n_script == 1, "index.html lost its style or script tag"
+    return html
+
+
+def export_html(inspector: Inspector, prompt: str, path, steps: int | None = None) -> dict:
+    """Write the offline inspector for ``prompt`` to ``path`` (atomically).
+
+    ``steps``: greedy decoding steps to include (default: 8, or the
+    inspector's ``max_new_tokens`` if lower). Returns ``{"path", "bytes",
+    "responses"}``. Raises ``ValueError`` for a prompt the inspector refuses
+    (empty, too long) or a bad ``steps``.
+    """
+    try:
+        PromptRequest(prompt=prompt)  # the same checks as the server's
+    except ValidationError as e:
+        raise ValueError(describe_validation_error(e.errors())) from None
+    limit = inspector.limits.max_new_tokens
+    steps = min(8, limit) if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= limit:
+        raise ValueError(f"steps must be an int in [0, {limit}] (--max-new-tokens), got {steps!r}")
+    responses = build_responses(inspector, prompt, steps)
+    html = render_html(inspector.info(), prompt, responses)
+    data = html.encode("utf-8")
+    atomic_write(path, data)
+    return {"path": str(path), "bytes": len(data), "responses": len(responses)}

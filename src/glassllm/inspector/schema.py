@@ -1,0 +1,173 @@
+"""What the inspector's page may ask for: request bodies and the server's limits.
+
+Every request is a JSON object checked twice before any model work:
+
+1. here, by shape and range, with pydantic models that forbid unknown keys
+   (``temperature`` must be finite and > 0, ``layer`` an int >= 0, ...);
+2. in :mod:`glassllm.inspector.data`, against the model and the :class:`Limits`
+   (``layer`` < n_layers, a head that the chosen snapshot has, a name from the
+   tracer's registry, a prompt that fits the context, a snapshot that is not
+   too large).
+
+Both raise errors that the server turns into HTTP 400 with ``{"error": "<one line>"}``.
+
+The same request objects drive the offline HTML export, which answers a
+finite set of them ahead of time (:mod:`glassllm.inspector.export`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
+__all__ = [
+    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest",
+    "request_key", "describe_validation_error",
+]
+
+MAX_PROMPT_CHARS = 20_000  # refused before tokenizing; a 512-token prompt is a few thousand characters
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may cost; the server checks every request against these.
+
+    ``max_prompt_tokens``  prompt length in tokens (at most the model's context).
+    ``max_new_tokens``     generation steps a request may ask for.
+    ``max_cells``          values in one snapshot response (rows x columns).
+
+    >>> Limits(max_prompt_tokens=64).max_new_tokens
+    64
+    """
+
+    max_prompt_tokens: int = 256
+    max_new_tokens: int = 64
+    max_cells: int = 1 << 19
+
+    def __post_init__(self):
+        for name in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Limits.{name} must be an int >= 1, got {value!r}")
+
+    def fit(self, context: int) -> "Limits":
+        """These limits, with the prompt capped so that the prompt plus one new token fit ``context``."""
+        if self.max_prompt_tokens < context:
+            return self
+        return Limits(max(1, context - 1), self.max_new_tokens, self.max_cells)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Intervention(_Request):
+    """One change to the forward pass of the prompt.
+
+    ``ablate``    zero head ``head`` of layer ``layer`` (its mix rows, before W_O).
+    ``mask_off``  switch off the causal mask in layer ``layer``: queries see future keys.
+    ``temperature``  divide the attention scores of layer ``layer`` by ``temperature``
+                  (head ``head``, or every head if None): above 1 flattens each row of
+                  weights over the keys it may read, below 1 sharpens it.
+    """
+
+    kind: Literal["ablate", "mask_off", "temperature"]
+    layer: StrictInt = Field(ge=0)
+    head: StrictInt | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, gt=0.0, le=100.0, allow_inf_nan=False)
+
+
+class PromptRequest(_Request):
+    """A prompt: text, encoded with special tokens allowed (as ``glassllm generate`` does)."""
+
+    prompt: str = Field(max_length=MAX_PROMPT_CHARS)
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_empty(cls, v: str):
+        if v == "":
+            raise ValueError("prompt is empty: type at least one character")
+        return v
+
+
+class SnapshotRequest(PromptRequest):
+    """One snapshot of one forward pass, for the heatmap.
+
+    ``name``    a snapshot name without its layer prefix (``attn.softmax``, ``embed``, ``logits``).
+    ``layer``   which block, for names inside the blocks (None otherwise).
+    ``head``    which head, for names with a head axis (H or G); None otherwise.
+    ``step``    0 = the prompt's forward pass; s >= 1 = the s-th greedy decoding
+                step with the KV cache (n = 1 new query against m = prompt + s keys).
+    ``grad``    the gradient of the next-token loss with respect to the snapshot
+                instead of its value (step 0 only).
+    ``target``  the token whose loss is differentiated (default: the model's top choice).
+    """
+
+    name: str = Field(min_length=1, max_length=64)
+    layer: StrictInt | None = Field(default=None, ge=0)
+    head: StrictInt | None = Field(default=None, ge=0)
+    step: StrictInt = Field(default=0, ge=0)
+    grad: StrictBool = False
+    target: StrictInt | None = Field(default=None, ge=0)
+    intervention: Intervention | None = None
+
+
+class NextRequest(PromptRequest):
+    """The next-token distribution after the prompt (``step`` 0) or after decoding step ``step``.
+
+    ``temperature`` (0 = greedy), ``top_k``, ``top_p`` are applied with :mod:`glassllm.sampling`;
+    the response lists the surviving ids. With an ``intervention``, the
+    response holds the distribution before and after it.
+    """
+
+    step: StrictInt = Field(default=0, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0, le=100.0, allow_inf_nan=False)
+    top_k: StrictInt | None = Field(default=None, ge=1)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    intervention: Intervention | None = None
+
+
+def request_key(kind: str, request: _Request) -> str:
+    """A canonical string for a request: the export's lookup key, mirrored by ``app.js``.
+
+    Keys hold only the fields that differ from their defaults, sorted, so the
+    page can build the same string from its state.
+    """
+    body = _canon(request.model_dump(exclude_defaults=True))
+    return kind + ":" + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canon(x):
+    """Whole floats as ints (2.0 -> 2), as JavaScript's JSON.stringify writes them."""
+    if isinstance(x, dict):
+        return {k: _canon(v) for k, v in x.items()}
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def describe_validation_error(errors: list[dict]) -> str:
+    """One line for pydantic / FastAPI validation errors: the first problem, naming field and value."""
+    if not errors:
+        return "bad request"
+    e = errors[0]
+    kind = e.get("type", "")
+    if kind == "json_invalid":
+        detail = (e.get("ctx") or {}).get("error", "")
+        return f"request body is not valid JSON{': ' + str(detail) if detail else ''}"
+    loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+    field = ".".join(loc) or "body"
+    msg = str(e.get("msg", "invalid value"))
+    msg = msg.removeprefix("Value error, ")
+    if kind == "missing":
+        return "request body is missing: send a JSON object" if field == "body" else f"missing field {field!r}"
+    if kind == "extra_forbidden":
+        return f"unknown field {field!r}"
+    if kind in ("model_attributes_type", "dict_type") and field == "body":
+        return "request body must be a JSON object"
+    value = e.get("input")
+    shown = repr(value) if not isinstance(value, str) or len(value) < 40 else repr(value[:37] + "...")
+    return f"{field}: {msg} (got {shown})"

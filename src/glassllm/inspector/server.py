@@ -1,0 +1,223 @@
+"""The inspector's local web server: a FastAPI app over :class:`~glassllm.inspector.data.Inspector`.
+
+Routes, and nothing else::
+
+    GET  /              the page (static/index.html)
+    GET  /app.js        its script
+    GET  /style.css     its styles
+    GET  /api/info      model shape, snapshot names, vocabulary, limits
+    POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
+    POST /api/snapshot  one slice of one snapshot (see schema.SnapshotRequest)
+    POST /api/next      the next-token logits, survivors, before/after an intervention
+
+The three assets are read from the package once, when the app is made, and
+served from memory: no part of a request's path ever reaches the filesystem.
+There are no API docs routes. Every bad request -- malformed JSON, a field of
+the wrong type or range, an unknown snapshot, a prompt that is too long --
+gets HTTP 400 and ``{"error": "<one line>"}``; unknown paths get 404 in the
+same shape. Errors inside the model are bugs: they are logged and answered
+with 500 and a generic message, never a traceback.
+
+When bound to a loopback address, requests must name a loopback host
+(``127.0.0.1``, ``localhost``, ``[::1]``), so a web page elsewhere cannot
+reach the inspector through DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from importlib import resources
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .data import Inspector
+from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+
+__all__ = ["create_app", "read_assets", "is_loopback", "Server"]
+
+log = logging.getLogger("glassllm.inspector")
+
+ASSETS = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+          "style.css": "text/css; charset=utf-8"}
+MAX_BODY_BYTES = 256 * 1024
+# The page loads its own script and style and talks only to this server.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def read_assets() -> dict[str, str]:
+    """The page's three files, read from the installed package."""
+    folder = resources.files("glassllm.inspector") / "static"
+    return {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` (an address or ``localhost``) only reachable from this machine?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(header: str) -> str:
+    """The host part of a Host header: ``127.0.0.1:8000`` -> ``127.0.0.1``, ``[::1]:80`` -> ``[::1]``."""
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if ":" in header else header
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | None = None) -> FastAPI:
+    """The FastAPI app serving ``inspector``.
+
+    ``loopback_only``: refuse requests whose Host header is not a loopback name.
+    ``prompt``: the prompt the page opens with.
+    """
+    assets = read_assets()
+    info_cache = {**inspector.info(), "prompt": prompt}
+    app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None)
+
+    # -- errors: one JSON line each ------------------------------------------------
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        return _error(400, describe_validation_error(list(exc.errors())))
+
+    @app.exception_handler(ValueError)
+    async def _value_error(request: Request, exc: ValueError):
+        return _error(400, str(exc).splitlines()[0] if str(exc) else "bad request")
+
+    @app.exception_handler(TypeError)
+    async def _type_error(request: Request, exc: TypeError):
+        return _error(400, str(exc).splitlines()[0] if str(exc) else "bad request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        message = {404: f"no such page: {request.url.path[:100]}",
+                   405: f"method {request.method} is not allowed on {request.url.path[:100]}"}
+        return _error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception):
+        log.exception("inspector: internal error on %s", request.url.path)
+        return _error(500, f"internal error ({type(exc).__name__}); see the server's log")
+
+    # -- guards on every request -----------------------------------------------------
+    @app.middleware("http")
+    async def _guard(request: Request, call_next):
+        if loopback_only:
+            host = _host_of(request.headers.get("host", ""))
+            if host not in LOOPBACK_HOSTS:
+                return _error(400, f"host {host[:60]!r} is not this machine; open the inspector at 127.0.0.1")
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return _error(400, f"request body of {length[:20]} bytes is too large; at most {MAX_BODY_BYTES}")
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    # -- the page ------------------------------------------------------------------
+    def _asset(name: str) -> Response:
+        return Response(assets[name], media_type=ASSETS[name])
+
+    @app.get("/", include_in_schema=False)
+    def index():
+        return _asset("index.html")
+
+    @app.get("/app.js", include_in_schema=False)
+    def script():
+        return _asset("app.js")
+
+    @app.get("/style.css", include_in_schema=False)
+    def style():
+        return _asset("style.css")
+
+    # -- the API -----------------------------------------------------------------------
+    @app.get("/api/info")
+    def info():
+        return info_cache
+
+    @app.post("/api/tokens")
+    def tokens(req: PromptRequest):
+        return inspector.tokens(req)
+
+    @app.post("/api/snapshot")
+    def snapshot(req: SnapshotRequest):
+        return inspector.snapshot(req)
+
+    @app.post("/api/next")
+    def next_token(req: NextRequest):
+        return inspector.next_token(req)
+
+    return app
+
+
+class Server:
+    """uvicorn serving an app in a background thread (for tests and ``glassllm inspect``).
+
+    >>> server = Server(app, "127.0.0.1", 0).start()    # doctest: +SKIP
+    >>> server.url                                      # doctest: +SKIP
+    'http://127.0.0.1:54321/'
+    >>> server.stop()                                   # doctest: +SKIP
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+        import uvicorn
+
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in 0..65535 (0 = any free port), got {port!r}")
+        self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                     lifespan="off")
+        self.server = uvicorn.Server(self.config)
+        self.thread: threading.Thread | None = None
+        self.host = host
+
+    @property
+    def port(self) -> int:
+        sockets = [s for srv in self.server.servers for s in srv.sockets]
+        return sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def start(self, timeout: float = 10.0) -> "Server":
+        """Start serving in a daemon thread; return once the socket listens."""
+        import time
+
+        self.thread = threading.Thread(target=self.server.run, name="glassllm-inspector", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise ValueError(f"the inspector could not listen on {self.host}:{self.config.port} "
+                                 "(is the port in use?)")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the inspector's server did not start in time")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Ask uvicorn to finish, and wait for its thread."""
+        self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()

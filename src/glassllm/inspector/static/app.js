@@ -1,0 +1,908 @@
+// glassllm inspector: the page. Vanilla JS, canvas rendering, nothing fetched from a network.
+//
+// Data comes through one interface, `source.get(kind, body)`, answered either by the local
+// server (POST /api/<kind>) or, in an exported HTML file, by responses embedded in the page
+// under the same canonical request keys (see schema.request_key in Python).
+//
+// The page's state and the numbers it shows are exposed as `window.glass` so tests can check
+// them exactly: glass.state, glass.heatmap (cell values, geometry), glass.next (logits, probs).
+"use strict";
+
+(function () {
+  // ------------------------------------------------------------------ data source
+  const embeddedNode = document.getElementById("glass-data");
+  const embedded = embeddedNode ? JSON.parse(embeddedNode.textContent) : null;
+
+  // Canonical key of a request: fields that differ from their defaults, keys sorted, no spaces.
+  function canon(x) {
+    if (Array.isArray(x)) return x.map(canon);
+    if (x && typeof x === "object") {
+      const out = {};
+      for (const k of Object.keys(x).sort()) if (x[k] !== undefined) out[k] = canon(x[k]);
+      return out;
+    }
+    return x;
+  }
+  function requestKey(kind, body) { return kind + ":" + JSON.stringify(canon(body)); }
+
+  const cache = new Map();           // request key -> response (least recently used first)
+  const CACHE_LIMIT = 96;
+
+  const source = embedded ? {
+    mode: "export",
+    async info() { return embedded.info; },
+    async get(kind, body) {
+      const r = embedded.responses[requestKey(kind, body)];
+      if (!r) throw new Error("not included in this offline export: run `glassllm inspect` for every view");
+      if (r.error) throw new Error(r.error);
+      return r;
+    },
+  } : {
+    mode: "server",
+    async info() { return fetchJSON("GET", "api/info"); },
+    async get(kind, body) { return fetchJSON("POST", "api/" + kind, body); },
+  };
+
+  async function fetchJSON(method, url, body) {
+    const r = await fetch(url, {
+      method, headers: body ? {"Content-Type": "application/json"} : {},
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    let data;
+    try { data = await r.json(); } catch (e) { throw new Error(`server answered ${r.status} without JSON`); }
+    if (!r.ok) throw new Error(data.error || `server answered ${r.status}`);
+    return data;
+  }
+
+  async function ask(kind, body) {
+    const key = requestKey(kind, body);
+    if (cache.has(key)) { const v = cache.get(key); cache.delete(key); cache.set(key, v); return v; }
+    const v = await source.get(kind, body);
+    cache.set(key, v);
+    while (cache.size > CACHE_LIMIT) cache.delete(cache.keys().next().value);
+    return v;
+  }
+
+  // Exact binary arrays: {dtype, shape, b64} -> typed array (little-endian, as every browser is).
+  function decode(enc) {
+    const bin = atob(enc.b64);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    if (enc.dtype === "float32") return new Float32Array(bytes.buffer);
+    if (enc.dtype === "float64") return new Float64Array(bytes.buffer);
+    return bytes;
+  }
+
+  // ------------------------------------------------------------------ small helpers
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, attrs = {}, text) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+    }
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  // A token piece, made visible: spaces as ␣, nothing else changed.
+  const show = (piece) => piece.replace(/ /g, "␣");
+  const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
+  const fmt = (v, d = 4) => {
+    if (!Number.isFinite(v)) return String(v);
+    const a = Math.abs(v);
+    if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(d - 1);
+    return v.toFixed(d);
+  };
+  const nice = (n) => n.toLocaleString("en-US");
+  const AXIS_NAMES = {
+    n: "query position", m: "key position", C: "feature (C)", D: "head feature (D)", F: "MLP unit (F)",
+    V: "vocabulary id (V)", "": "",
+  };
+
+  // ------------------------------------------------------------------ state
+  const state = {
+    mode: source.mode, prompt: "", ids: [], pieces: [], layer: 0, name: "attn.softmax", head: 0, grad: false,
+    step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null,
+    busy: 0, rendered: 0,
+  };
+  let info = null;
+  let names = {};                    // local name -> {axes, in_layer, head_axis, heads, group}
+  let current = null;                // the snapshot response being shown
+  let nextData = null;               // {logits, after?} of the current step
+  const glass = {
+    state, requestKey, timings: [],
+    heatmap: null, next: null,
+    // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
+    async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
+    async run(prompt) { $("prompt").value = prompt; await runPrompt(); },
+    async setTemperature(T) { $("temperature").value = String(T); onSampling(); },
+    async step() { await doStep(); },
+    async reset() { await resetSteps(); },
+    async intervene(iv) { setIntervention(iv); await onIntervention(); },
+    idle() { return idlePromise(); },
+  };
+  window.glass = glass;
+
+  let waiters = [];
+  function idlePromise() {
+    if (state.busy === 0) return Promise.resolve();
+    return new Promise((res) => waiters.push(res));
+  }
+  async function busy(fn) {
+    state.busy++;
+    try { return await fn(); } finally {
+      state.busy--;
+      if (state.busy === 0) { const w = waiters; waiters = []; w.forEach((f) => f()); }
+    }
+  }
+
+  // The head of a new selection. Query heads (H) and key/value heads (G) are remembered
+  // apart; moving from query head h to a key/value snapshot picks the K/V head that h reads
+  // (h / n_rep, grouped-query attention), and moving back restores the query head.
+  const heads = {H: 0, G: 0};
+  function normalizeSelection(sel) {
+    const out = {...sel};
+    const meta = names[out.name ?? state.name];
+    if (!meta || !meta.heads) return out;
+    const before = names[state.name];
+    const axis = meta.head_axis;
+    if (out.head !== undefined && out.head !== null) heads[axis] = out.head;
+    else if (before && before.head_axis === "H" && axis === "G") heads.G = Math.floor(state.head / info.model.n_heads * info.model.n_kv_heads);
+    else if (before && before.head_axis === axis) heads[axis] = state.head;
+    out.head = Math.min(heads[axis], meta.heads - 1);
+    return out;
+  }
+
+  // ------------------------------------------------------------------ controls
+  function buildControls() {
+    const c = info.model;
+    $("model-line").textContent =
+      `${c.n_layers} layers · width C = ${c.dim} · ${c.n_heads} query heads sharing ${c.n_kv_heads} key/value heads ` +
+      `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
+      `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})`;
+    $("mode-line").textContent = state.mode === "export" ? "offline export: one prompt, precomputed" : "live: local server";
+    document.querySelectorAll(".vocab-n").forEach((e) => (e.textContent = nice(c.vocab_size)));
+
+    const layers = $("layers");
+    layers.replaceChildren();
+    for (let l = 0; l < c.n_layers; l++) {
+      const b = el("button", {type: "button", "data-layer": String(l), role: "radio"}, String(l));
+      b.addEventListener("click", () => userSelect({layer: l}));
+      layers.append(b);
+    }
+    const select = $("snapshot");
+    select.replaceChildren();
+    const groups = new Map();
+    for (const n of info.names) {
+      names[n.name] = n;
+      if (!groups.has(n.group)) groups.set(n.group, el("optgroup", {label: n.group}));
+      const shape = n.axes.join(", ");
+      groups.get(n.group).append(el("option", {value: n.name}, `${n.name}  (${shape})`));
+    }
+    for (const g of groups.values()) select.append(g);
+    select.addEventListener("change", () => userSelect({name: select.value}));
+    $("showwhat").querySelectorAll("button").forEach((b) =>
+      b.addEventListener("click", () => userSelect({grad: b.dataset.grad === "1"})));
+
+    for (const id of ["iv-layer", "iv-head"]) $(id).replaceChildren();
+    for (let l = 0; l < c.n_layers; l++) $("iv-layer").append(el("option", {value: String(l)}, String(l)));
+    for (let h = 0; h < c.n_heads; h++) $("iv-head").append(el("option", {value: String(h)}, String(h)));
+    document.querySelectorAll("input[name=iv]").forEach((r) => r.addEventListener("change", onIntervention));
+    for (const id of ["iv-layer", "iv-head", "iv-temp"]) $(id).addEventListener("change", onIntervention);
+
+    $("topk").max = String(Math.min(100, c.vocab_size));
+    for (const id of ["temperature", "topk", "topp"]) $(id).addEventListener("input", onSampling);
+    $("show-all").addEventListener("click", toggleAll);
+    $("step").addEventListener("click", () => doStep());
+    $("reset").addEventListener("click", () => resetSteps());
+    $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); runPrompt(); });
+    $("prompt").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); runPrompt(); }
+    });
+    const canvas = $("heatmap");
+    canvas.addEventListener("mousemove", onHover);
+    canvas.addEventListener("mouseleave", () => ($("tooltip").hidden = true));
+    window.addEventListener("resize", () => { if (current) draw(); });
+  }
+
+  function syncControls() {
+    const c = info.model;
+    const meta = names[state.name];
+    $("layers").querySelectorAll("button").forEach((b) => {
+      b.classList.toggle("on", Number(b.dataset.layer) === state.layer);
+      b.disabled = !meta.in_layer;
+    });
+    $("snapshot").value = state.name;
+    const heads = $("heads");
+    heads.replaceChildren();
+    if (meta.heads) {
+      for (let h = 0; h < meta.heads; h++) {
+        const b = el("button", {type: "button", "data-head": String(h), role: "radio"}, String(h));
+        b.classList.toggle("on", h === state.head);
+        b.addEventListener("click", () => userSelect({head: h}));
+        heads.append(b);
+      }
+      const rep = c.n_heads / c.n_kv_heads;
+      const kind = meta.head_axis === "H"
+        ? `${c.n_heads} query heads · head ${state.head} reads key/value head ${Math.floor(state.head / rep)}`
+        : `${c.n_kv_heads} key/value heads · head ${state.head} serves query heads ${state.head * rep}–${state.head * rep + rep - 1}`;
+      heads.append(el("span", {class: "muted small"}, kind));
+    } else {
+      heads.append(el("span", {class: "muted small"}, "this snapshot has no head axis"));
+    }
+    $("showwhat").querySelectorAll("button").forEach((b) => {
+      b.classList.toggle("on", (b.dataset.grad === "1") === state.grad);
+      b.disabled = b.dataset.grad === "1" && state.step > 0;
+    });
+  }
+
+  function userSelect(sel) {
+    const t0 = performance.now();
+    Object.assign(state, normalizeSelection(sel));
+    syncControls();
+    return loadView().then(() => glass.timings.push({what: Object.keys(sel).join(","), ms: performance.now() - t0}));
+  }
+
+  // ------------------------------------------------------------------ prompt and tokens
+  async function runPrompt() {
+    const text = $("prompt").value;
+    state.error = null;
+    await busy(async () => {
+      try {
+        const t = await ask("tokens", {prompt: text});
+        state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
+        state.finished = null;
+        $("prompt-note").textContent = `${t.ids.length} tokens`;
+        $("prompt-note").classList.remove("error");
+      } catch (e) {
+        $("prompt-note").textContent = e.message;
+        $("prompt-note").classList.add("error");
+        return;
+      }
+      syncControls();
+      await Promise.all([loadView(), loadNext()]);
+    });
+  }
+
+  function drawTokens(pieces, generatedFrom) {
+    const box = $("tokens");
+    box.replaceChildren();
+    pieces.forEach((p, i) => {
+      const chip = el("span", {class: "tok" + (i >= generatedFrom ? " gen" : ""), "data-pos": String(i)});
+      chip.append(el("b", {}, show(p)), el("small", {}, String(i)));
+      chip.title = `position ${i}${i >= generatedFrom ? " (generated)" : ""}`;
+      box.append(chip);
+    });
+  }
+
+  // ------------------------------------------------------------------ the heatmap
+  function snapshotBody() {
+    const meta = names[state.name];
+    const body = {prompt: state.prompt, name: state.name};
+    if (meta.in_layer) body.layer = state.layer;
+    if (meta.heads) body.head = state.head;
+    if (state.step) body.step = state.step;
+    if (state.grad && !state.step) body.grad = true;
+    if (state.grad && !state.step && state.target !== null) body.target = state.target;
+    if (state.intervention && !state.step) body.intervention = state.intervention;
+    return body;
+  }
+
+  async function loadView() {
+    if (!state.prompt) return;
+    await busy(async () => {
+      const body = snapshotBody();
+      try {
+        const r = await ask("snapshot", body);
+        if (requestKey("snapshot", snapshotBody()) !== requestKey("snapshot", body)) return; // superseded
+        current = r;
+        current.data = current.data || decode(r.values);
+        current.mask = r.masked ? (current.mask || decode(r.masked)) : null;
+        $("view-error").hidden = true;
+        draw();
+      } catch (e) {
+        $("view-error").textContent = e.message;
+        $("view-error").hidden = false;
+      }
+    });
+  }
+
+  // Colour maps: sequential (white -> ink blue) for weights and probabilities, diverging
+  // (blue - white - red) for signed values and gradients.
+  const SEQ = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+  const DIV = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
+  function ramp(stops) {
+    const lut = new Uint8ClampedArray(256 * 3);
+    for (let i = 0; i < 256; i++) {
+      const t = (i / 255) * (stops.length - 1), k = Math.min(Math.floor(t), stops.length - 2), f = t - k;
+      for (let c = 0; c < 3; c++) lut[i * 3 + c] = stops[k][c] + (stops[k + 1][c] - stops[k][c]) * f;
+    }
+    return lut;
+  }
+  const LUT = {seq: ramp(SEQ), div: ramp(DIV)};
+  const MASKED_RGB = [214, 210, 200];
+
+  function scaleFor(r, data, mask) {
+    const local = r.local;
+    if (!r.grad && (local === "attn.softmax" || local === "probs" || local === "attn.mask")) {
+      return {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1"};
+    }
+    let lo = Infinity, hi = -Infinity;
+    for (let i = 0; i < data.length; i++) {
+      if (mask && mask[i]) continue;
+      const v = data[i];
+      if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    }
+    if (lo === Infinity) { lo = 0; hi = 1; }
+    if (lo >= 0 && !r.grad) return {kind: "seq", lo: 0, hi: hi || 1, note: "scale 0 … max"};
+    const a = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+    return {kind: "div", lo: -a, hi: a, note: "symmetric scale: white is 0"};
+  }
+
+  let geom = null;   // layout of the last drawing, for hover and tests
+
+  function draw() {
+    const t0 = performance.now();
+    const r = current, data = r.data, mask = r.mask;
+    const [rows, cols] = r.shape;
+    const canvas = $("heatmap");
+    const wrap = $("heatmap-wrap");
+    const W = Math.max(320, wrap.clientWidth - 2);
+    const tokenCols = r.col_kind === "token";
+    const isSoftmax = r.local === "attn.softmax" && !r.grad;
+    const rowLabelW = 112, rightW = isSoftmax ? 78 : 12;
+    const topH = tokenCols ? 74 : 34, bottomH = 24;
+    const availW = W - rowLabelW - rightW;
+    const maxH = Math.max(260, Math.min(640, window.innerHeight - 260));
+    let cw, ch;
+    if (tokenCols) {
+      cw = Math.max(1, Math.min(40, Math.floor(availW / cols)));
+      ch = Math.max(1, Math.min(cw, 40, Math.floor(maxH / rows)));
+      if (rows === 1) ch = Math.max(ch, 28);
+    } else {
+      cw = Math.min(40, availW / cols);
+      ch = Math.max(2, Math.min(26, Math.floor(maxH / rows)));
+      if (cw >= 1) cw = Math.floor(cw);
+    }
+    const gridW = cw * cols, gridH = ch * rows;
+    const cssW = rowLabelW + gridW + rightW + 8, cssH = topH + gridH + bottomH;
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(cssW * dpr); canvas.height = Math.round(cssH * dpr);
+    canvas.style.width = cssW + "px"; canvas.style.height = cssH + "px";
+    const g = canvas.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, cssW, cssH);
+
+    // 1. The cells: one pixel per value, scaled up without smoothing.
+    const sc = scaleFor(r, data, mask);
+    const lut = LUT[sc.kind];
+    const img = new ImageData(cols, rows);
+    const span = sc.hi - sc.lo || 1;
+    for (let i = 0; i < rows * cols; i++) {
+      let rgb;
+      const v = data[i];
+      if (mask && mask[i]) rgb = MASKED_RGB;
+      else if (!Number.isFinite(v)) rgb = [0, 0, 0];
+      else {
+        const k = Math.max(0, Math.min(255, Math.round(((v - sc.lo) / span) * 255))) * 3;
+        rgb = [lut[k], lut[k + 1], lut[k + 2]];
+      }
+      img.data[i * 4] = rgb[0]; img.data[i * 4 + 1] = rgb[1]; img.data[i * 4 + 2] = rgb[2]; img.data[i * 4 + 3] = 255;
+    }
+    const off = document.createElement("canvas");
+    off.width = cols; off.height = rows;
+    off.getContext("2d").putImageData(img, 0, 0);
+    const x0 = rowLabelW, y0 = topH;
+    g.imageSmoothingEnabled = false;
+    g.drawImage(off, x0, y0, gridW, gridH);
+
+    // 2. Masked cells: hatched, so that "forbidden" never looks like "small".
+    if (mask && cw >= 3 && ch >= 3) {
+      g.save();
+      g.beginPath();
+      for (let i = 0; i < rows; i++) {
+        let j = 0;
+        while (j < cols) {
+          if (!mask[i * cols + j]) { j++; continue; }
+          let e = j; while (e < cols && mask[i * cols + e]) e++;
+          g.rect(x0 + j * cw, y0 + i * ch, (e - j) * cw, ch);
+          j = e;
+        }
+      }
+      g.clip();
+      g.strokeStyle = "rgba(120, 112, 96, 0.55)"; g.lineWidth = 1;
+      g.beginPath();
+      for (let d = -gridH; d < gridW; d += 6) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
+      g.stroke();
+      g.restore();
+    }
+    // Cell borders when cells are large enough to read one by one.
+    if (cw >= 14 && ch >= 14) {
+      g.strokeStyle = "rgba(255,255,255,0.7)"; g.lineWidth = 1;
+      g.beginPath();
+      for (let j = 1; j < cols; j++) { g.moveTo(x0 + j * cw + 0.5, y0); g.lineTo(x0 + j * cw + 0.5, y0 + gridH); }
+      for (let i = 1; i < rows; i++) { g.moveTo(x0, y0 + i * ch + 0.5); g.lineTo(x0 + gridW, y0 + i * ch + 0.5); }
+      g.stroke();
+    }
+    g.strokeStyle = "#9a9485"; g.lineWidth = 1; g.strokeRect(x0 - 0.5, y0 - 0.5, gridW + 1, gridH + 1);
+
+    // 3. KV cache: which keys were cached and which are new (decoding steps).
+    const stepMode = r.step > 0 && (r.axes[0] === "m" || r.axes[1] === "m");
+    if (stepMode && r.axes[1] === "m") {
+      for (let j = 0; j < cols; j++) {
+        g.fillStyle = j < r.start ? "#b9b3a4" : "#e8871e";
+        g.fillRect(x0 + j * cw, y0 - 7, Math.max(cw - (cw > 3 ? 1 : 0), 1), 5);
+      }
+    }
+
+    // 4. Labels: rows (left), columns (top), axis captions.
+    g.fillStyle = "#2b2a27"; g.textBaseline = "middle";
+    const fs = Math.max(9, Math.min(13, ch - 2));
+    const rowStep = Math.max(1, Math.ceil(12 / ch));
+    g.font = `${fs}px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace`;
+    g.textAlign = "right";
+    for (let i = 0; i < rows; i += rowStep) {
+      const y = y0 + i * ch + ch / 2;
+      let label;
+      if (r.rows.length) {
+        const p = clip(show(r.rows[i]), 9);
+        label = ch >= 9 ? `${p} ${r.row_pos[i]}` : String(r.row_pos[i]);
+      } else label = String(i);
+      g.fillText(label, x0 - 6, y);
+    }
+    g.textAlign = "left";
+    g.font = `11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace`;
+    if (tokenCols) {
+      const colStep = Math.max(1, Math.ceil(12 / cw));
+      for (let j = 0; j < cols; j += colStep) {
+        g.save();
+        g.translate(x0 + j * cw + cw / 2 + 3, y0 - 10);
+        g.rotate(-Math.PI / 3);
+        g.fillText(cw >= 9 ? `${clip(show(r.cols[j]), 8)} ${j}` : String(j), 0, 0);
+        g.restore();
+      }
+    } else if (r.col_kind !== "none") {
+      const every = niceStep(cols, gridW);
+      g.textAlign = "center";
+      for (let j = 0; j < cols; j += every) g.fillText(String(j), x0 + j * cw + cw / 2, y0 - 9);
+    }
+    g.font = "600 12px system-ui, sans-serif"; g.fillStyle = "#6b5f45";
+    const rowName = r.axes[0] === "n" && !tokenCols ? "position" : (AXIS_NAMES[r.axes[0]] || r.axes[0]);
+    const colName = AXIS_NAMES[r.axes[1]] ?? r.axes[1];
+    g.textAlign = "left";
+    const rowCaption = tokenCols ? "query ↓" : `${rowName} ↓`;
+    g.fillText(rowCaption, 4, 12);
+    if (colName) {
+      g.textAlign = "right";
+      g.fillText(tokenCols ? "key →" : `${colName} →`, x0 + gridW, cssH - 9);
+    }
+
+    // 5. Row sums of the attention weights.
+    const sums = [];
+    if (isSoftmax) {
+      for (let i = 0; i < rows; i++) {
+        let s = 0;
+        for (let j = 0; j < cols; j++) s += data[i * cols + j];
+        sums.push(s);
+      }
+      g.textAlign = "left"; g.fillStyle = "#6b5f45"; g.font = "600 12px system-ui, sans-serif";
+      g.fillText("Σ row", x0 + gridW + 10, y0 - 10);
+      g.font = `${Math.min(11, fs)}px ui-monospace, monospace`; g.fillStyle = "#2b2a27";
+      for (let i = 0; i < rows; i += rowStep) g.fillText(sums[i].toFixed(6), x0 + gridW + 10, y0 + i * ch + ch / 2);
+      let worst = 0;
+      for (const s of sums) worst = Math.max(worst, Math.abs(s - 1));
+      $("rowsum-line").textContent =
+        `Every row sums to 1 up to rounding: the largest |Σ row − 1| is ${worst.toExponential(2)}.`;
+    } else $("rowsum-line").textContent = "";
+
+    geom = {x0, y0, cw, ch, rows, cols};
+    glass.heatmap = {
+      name: r.name, local: r.local, layer: r.layer, head: r.head, grad: r.grad, step: r.step,
+      rows, cols, n: r.n, m: r.m, start: r.start, axes: r.axes, values: data, masked: mask,
+      rowLabels: r.rows, colLabels: r.cols, rowSums: sums, scale: sc,
+      value: (i, j) => data[i * cols + j],
+      // The centre of cell (i, j) in CSS pixels from the canvas's top-left corner, for hovering.
+      cellCenter: (i, j) => ({x: x0 + (j + 0.5) * cw, y: y0 + (i + 0.5) * ch}),
+    };
+    canvas.dataset.rows = String(rows); canvas.dataset.cols = String(cols);
+    canvas.dataset.n = String(r.n); canvas.dataset.m = String(r.m); canvas.dataset.name = r.name;
+
+    drawLegend(sc, r, mask);
+    describeView(r, sc);
+    state.rendered++;
+    glass.lastRenderMs = performance.now() - t0;
+  }
+
+  function niceStep(cols, width) {
+    const target = Math.max(1, Math.ceil(cols / Math.max(1, width / 48)));
+    for (const s of [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]) if (s >= target) return s;
+    return 1024;
+  }
+
+  function drawLegend(sc, r, mask) {
+    const c = $("legend-bar"), g = c.getContext("2d");
+    const lut = LUT[sc.kind];
+    for (let x = 0; x < c.width; x++) {
+      const k = Math.round((x / (c.width - 1)) * 255) * 3;
+      g.fillStyle = `rgb(${lut[k]},${lut[k + 1]},${lut[k + 2]})`;
+      g.fillRect(x, 0, 1, c.height);
+    }
+    $("legend-lo").textContent = fmt(sc.lo);
+    $("legend-hi").textContent = fmt(sc.hi) + "  (" + sc.note + ")";
+    $("legend-masked").hidden = !mask;
+    $("legend-cache").hidden = !(r.step > 0 && r.axes[1] === "m");
+  }
+
+  function describeView(r, sc) {
+    const c = info.model;
+    const headTxt = r.head_axis ? ` · ${r.head_axis === "H" ? "query" : "key/value"} head ${r.head}` : "";
+    const what = r.grad ? `∂ loss / ∂ ${r.name}` : r.name;
+    $("view-name").textContent = what + headTxt;
+    const iv = state.intervention && !r.step ? ` · with intervention: ${ivText(state.intervention)}` : "";
+    const stepTxt = r.step ? `decoding step ${r.step}: n = ${r.n} new query, m = ${r.m} keys (${r.start} cached + ${r.n} new)`
+      : `prompt pass: n = ${r.n} queries, m = ${r.m} keys`;
+    const shape = `shape (${r.axes.filter((a) => a).map((a, i) => `${a} = ${r.shape[i]}`).join(", ")})`;
+    const target = r.grad ? ` · loss = −log p(${JSON.stringify(r.target_piece)}) at the last position` : "";
+    $("view-shape").textContent = `${shape} · ${stepTxt}${target}${iv}`;
+    $("howto-text").replaceChildren(...howTo(r, c).map((t) => el("p", {}, t)));
+  }
+
+  function howTo(r, c) {
+    const out = [];
+    if (r.grad) {
+      out.push("This is a gradient, not an activation: each cell says how much the loss −log p(target) would change " +
+        "per unit change of that number, holding everything else fixed. Red raises the loss, blue lowers it. " +
+        "A large gradient marks sensitivity, not importance: a number can be sensitive and still never change.");
+    }
+    if (r.axes[1] === "m") {
+      out.push("Axes first: each row is a query (the position that reads), each column a key (a position it may read). " +
+        "Rows go down, keys go right; position numbers follow each token.");
+      out.push("Masks next: hatched cells are future keys. Their score was replaced by −∞ before the softmax, so their " +
+        "weight is exactly 0 — unlike a cell that is merely pale, which is a small but real weight.");
+      if (r.local === "attn.softmax" && !r.grad) {
+        out.push("Then row sums: each row of weights is a distribution over the keys and sums to 1 (the Σ row column).");
+      }
+      if (r.local === "attn.scores") {
+        out.push("Scores are q·k / √D before the mask: the hatched cells hold numbers the softmax never sees.");
+      }
+      out.push("A bright cell says where this head reads, not what it retrieves nor whether it matters: the values, " +
+        "W_O, the residual stream and later layers all stand between it and the prediction. " +
+        "To test influence, ablate the head (Intervene) and compare the next-token distribution — knowing that " +
+        "ablation also moves the model off the inputs it was trained on.");
+    } else {
+      out.push(`Rows are positions (one per token), columns are the coordinates of the vector at that position. ` +
+        "A feature index has no meaning by itself: there is no reason feature 17 should mean anything a person could name.");
+      if (!r.grad) out.push("The colour scale is symmetric around 0 for signed values; hover a cell for its exact value.");
+    }
+    return out;
+  }
+
+  function onHover(ev) {
+    if (!geom || !current) return;
+    const b = $("heatmap").getBoundingClientRect();
+    const x = ev.clientX - b.left - geom.x0, y = ev.clientY - b.top - geom.y0;
+    const j = Math.floor(x / geom.cw), i = Math.floor(y / geom.ch);
+    const tip = $("tooltip");
+    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { tip.hidden = true; return; }
+    const r = current;
+    const v = r.data[i * geom.cols + j];
+    const masked = r.mask ? !!r.mask[i * geom.cols + j] : false;
+    const rowTxt = r.rows.length ? `${r.axes[0] === "m" ? "key" : (r.col_kind === "token" ? "query" : "position")} ` +
+      `${r.row_pos[i]} ${JSON.stringify(r.rows[i])}` : `row ${i}`;
+    let colTxt;
+    if (r.col_kind === "token") colTxt = `key ${j} ${JSON.stringify(r.cols[j])}`;
+    else if (r.col_kind === "vocab") colTxt = `id ${j} ${JSON.stringify(info.vocab[j])}`;
+    else if (r.col_kind === "none") colTxt = "";
+    else colTxt = `${r.axes[1]} ${j}`;
+    const exact = String(v);
+    tip.replaceChildren(
+      el("div", {class: "small muted"}, colTxt ? `${rowTxt} → ${colTxt}` : rowTxt),
+      el("div", {class: "mono big"}, exact),
+    );
+    if (masked) tip.append(el("div", {class: "small"}, "masked: this key is in the query's future"));
+    tip.dataset.row = String(i); tip.dataset.col = String(j); tip.dataset.value = exact;
+    tip.hidden = false;
+    const wb = $("heatmap-wrap").getBoundingClientRect();
+    let tx = ev.clientX - wb.left + 14, ty = ev.clientY - wb.top + 14;
+    if (tx + 260 > wb.width) tx = ev.clientX - wb.left - 270;
+    tip.style.left = tx + "px"; tip.style.top = ty + "px";
+    const ro = $("readout");
+    ro.textContent = `${colTxt ? rowTxt + " → " + colTxt : rowTxt}: ${exact}${masked ? " (masked)" : ""}`;
+    ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = exact;
+  }
+
+  // ------------------------------------------------------------------ next token
+  // softmax(logits / T) over every id, as glassllm.sampling computes it (T = 0: all mass on the first arg-max).
+  function tempered(z, T) {
+    const V = z.length, p = new Float64Array(V);
+    let peak = -Infinity, arg = 0;
+    for (let i = 0; i < V; i++) if (z[i] > peak) { peak = z[i]; arg = i; }
+    if (T === 0) { p[arg] = 1; return p; }
+    let s = 0;
+    for (let i = 0; i < V; i++) { p[i] = Math.exp((z[i] - peak) / T); s += p[i]; }
+    for (let i = 0; i < V; i++) p[i] /= s;
+    return p;
+  }
+
+  // The ids that survive top-k then top-p, and the renormalised distribution (glassllm.sampling's rules).
+  function filtered(z, probs, topK, topP) {
+    const V = z.length;
+    const keep = new Uint8Array(V);
+    for (let i = 0; i < V; i++) keep[i] = probs[i] > 0 ? 1 : 0;
+    if (topK !== null && topK < V) {
+      const sorted = Float64Array.from(z).sort().reverse();
+      const kth = sorted[topK - 1];
+      for (let i = 0; i < V; i++) if (!(z[i] >= kth)) keep[i] = 0;
+    }
+    if (topP !== null && topP < 1) {
+      const q = new Float64Array(V);
+      let s = 0;
+      for (let i = 0; i < V; i++) if (keep[i]) q[i] = probs[i];
+      for (let i = 0; i < V; i++) s += q[i];
+      for (let i = 0; i < V; i++) q[i] /= s;
+      const order = Array.from({length: V}, (_, i) => i).sort((a, b) => q[b] - q[a] || a - b);
+      let cum = 0;
+      const nucleus = new Uint8Array(V);
+      order.forEach((id, r) => {
+        const above = r === 0 ? 0 : cum;   // mass ranked above this id
+        if (above < topP) nucleus[id] = 1;
+        cum += q[id];
+      });
+      for (let i = 0; i < V; i++) keep[i] &= nucleus[i];
+    }
+    const out = new Float64Array(V);
+    let s = 0;
+    for (let i = 0; i < V; i++) if (keep[i]) out[i] = probs[i];
+    for (let i = 0; i < V; i++) s += out[i];
+    for (let i = 0; i < V; i++) out[i] /= s;
+    const survivors = [];
+    for (let i = 0; i < V; i++) if (keep[i]) survivors.push(i);
+    survivors.sort((a, b) => out[b] - out[a] || a - b);
+    return {sampled: out, survivors};
+  }
+
+  function ranked(p, k) {
+    const idx = Array.from({length: p.length}, (_, i) => i);
+    idx.sort((a, b) => p[b] - p[a] || a - b);
+    return idx.slice(0, k);
+  }
+
+  async function loadNext() {
+    if (!state.prompt) return;
+    await busy(async () => {
+      const body = {prompt: state.prompt};
+      if (state.step) body.step = state.step;
+      if (state.intervention && !state.step) body.intervention = state.intervention;
+      try {
+        const r = await ask("next", body);
+        nextData = {raw: r, logits: Float64Array.from(decode(r.logits)),
+                    after: r.after ? Float64Array.from(decode(r.after.logits)) : null};
+        state.finished = r.finished;
+        const gen = state.ids.length;
+        drawTokens(r.tokens, gen);
+        const where = r.step ? `after step ${r.step} (fed ${JSON.stringify(r.fed.piece)} at position ${r.position})`
+          : `after the prompt's last token ${JSON.stringify(r.tokens[r.position])} (position ${r.position})`;
+        $("next-where").textContent = where;
+        drawNext();
+        drawStepLine(r);
+      } catch (e) {
+        $("next-where").textContent = e.message;
+      }
+    });
+  }
+
+  function readSampling() {
+    const T = Number($("temperature").value);
+    const k = Number($("topk").value);
+    const p = Number($("topp").value);
+    state.temperature = T; state.topK = k > 0 ? k : null; state.topP = p < 1 ? p : null;
+    $("temperature-value").textContent = T === 0 ? "0 (greedy)" : T.toFixed(2);
+    $("topk-value").textContent = state.topK === null ? "off" : String(k);
+    $("topp-value").textContent = state.topP === null ? "off" : p.toFixed(2);
+  }
+
+  function onSampling() { readSampling(); if (nextData) drawNext(); }
+
+  function drawNext() {
+    const t0 = performance.now();
+    readSampling();
+    const z = nextData.logits;
+    const probs = tempered(z, state.temperature);
+    const {sampled, survivors} = filtered(z, probs, state.topK, state.topP);
+    glass.next = {logits: z, probs, sampled, survivors, temperature: state.temperature, topK: state.topK,
+                  topP: state.topP, step: state.step};
+    const bars = $("bars");
+    bars.replaceChildren();
+    const top = ranked(probs, 12);
+    const keep = new Set(survivors);
+    const pmax = probs[top[0]] || 1;
+    for (const id of top) {
+      const li = el("li", {class: "bar" + (keep.has(id) ? " kept" : " cut"), "data-id": String(id),
+                           "data-prob": String(probs[id]), "data-sampled": String(sampled[id])});
+      li.title = `id ${id}: logit ${z[id]}; p = ${probs[id]}` + (keep.has(id) ? "" : " (filtered out)");
+      const fill = el("span", {class: "fill"});
+      fill.style.width = (100 * probs[id] / pmax).toFixed(2) + "%";
+      li.append(el("span", {class: "tick"}, keep.has(id) ? "✓" : "·"),
+                el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)),
+                el("span", {class: "track"}, ""),
+                el("span", {class: "p mono"}, fmt(probs[id])),
+                el("span", {class: "q mono muted"}, keep.has(id) ? fmt(sampled[id]) : "—"));
+      li.querySelector(".track").append(fill);
+      if (state.mode === "server" && !state.step) {
+        li.classList.add("clickable");
+        li.addEventListener("click", () => { state.target = id; userSelect({grad: true}); });
+      }
+      bars.append(li);
+    }
+    $("bars").dataset.survivors = String(survivors.length);
+    const note = el("li", {class: "muted small foot"},
+      `${nice(survivors.length)} of ${nice(z.length)} candidates survive` +
+      (state.mode === "server" && !state.step ? " · click a candidate to see the gradient of its loss" : ""));
+    bars.append(note);
+    if (!$("all-wrap").hidden) drawAll();
+    drawIntervention();
+    glass.lastNextMs = performance.now() - t0;
+  }
+
+  function toggleAll() {
+    const w = $("all-wrap");
+    w.hidden = !w.hidden;
+    $("show-all").textContent = w.hidden ? `show the full ${nice(info.model.vocab_size)}-way distribution`
+      : "hide the full distribution";
+    if (!w.hidden) drawAll();
+  }
+
+  function drawAll() {
+    const c = $("all-canvas"), wrap = $("all-wrap");
+    const probs = glass.next.probs, V = probs.length;
+    const order = ranked(probs, V);
+    const W = Math.max(200, wrap.clientWidth), H = 120, dpr = window.devicePixelRatio || 1;
+    c.width = W * dpr; c.height = H * dpr; c.style.width = W + "px"; c.style.height = H + "px";
+    const g = c.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.fillStyle = "#fbfaf6"; g.fillRect(0, 0, W, H);
+    const lo = -12;  // log10 floor
+    const keep = new Set(glass.next.survivors);
+    for (let r = 0; r < V; r++) {
+      const p = probs[order[r]];
+      const h = p > 0 ? Math.max(1, ((Math.log10(p) - lo) / -lo) * (H - 14)) : 0;
+      g.fillStyle = keep.has(order[r]) ? "#2171b5" : "#c9c3b3";
+      g.fillRect((r / V) * W, H - h, Math.max(1, W / V), h);
+    }
+    g.fillStyle = "#6b5f45"; g.font = "11px system-ui"; g.fillText("1", 2, 10); g.fillText("1e-12", 2, H - 3);
+    c.onmousemove = (ev) => {
+      const r = Math.min(V - 1, Math.max(0, Math.floor(((ev.clientX - c.getBoundingClientRect().left) / W) * V)));
+      const id = order[r];
+      $("all-readout").textContent = `rank ${r + 1}: id ${id} ${JSON.stringify(info.vocab[id])}  p = ${probs[id]}`;
+    };
+    const list = $("all-list");
+    list.replaceChildren();
+    const frag = document.createDocumentFragment();
+    order.forEach((id, r) => {
+      frag.append(el("div", {class: keep.has(id) ? "kept" : "cut", "data-id": String(id), "data-prob": String(probs[id])},
+        `${String(r + 1).padStart(4)}  ${String(id).padStart(4)}  ${clip(show(info.vocab[id]), 16).padEnd(16)}  ${probs[id].toExponential(6)}`));
+    });
+    list.append(frag);
+  }
+
+  // ------------------------------------------------------------------ generation
+  function drawStepLine(r) {
+    const line = $("step-line");
+    if (!r.step) line.textContent = `step 0: the prompt, n = ${r.m} queries, m = ${r.m} keys, nothing cached yet`;
+    else line.textContent = `step ${r.step}: fed ${JSON.stringify(r.fed.piece)} · n = 1 · m = ${r.m} ` +
+      `(${r.m - 1} cached + 1 new)`;
+    if (r.finished) line.textContent += ` · ${r.finished}`;
+    $("step").disabled = !!r.finished;
+    line.dataset.step = String(r.step); line.dataset.m = String(r.m);
+  }
+
+  async function doStep() {
+    if (!state.prompt || state.finished) return;
+    state.step += 1;
+    if (state.grad) state.grad = false;
+    syncControls();
+    await Promise.all([loadNext(), loadView()]);
+  }
+
+  async function resetSteps() {
+    state.step = 0;
+    syncControls();
+    await Promise.all([loadNext(), loadView()]);
+  }
+
+  // ------------------------------------------------------------------ interventions
+  function ivText(iv) {
+    if (iv.kind === "ablate") return `head ${iv.head} of layer ${iv.layer} ablated (its mix zeroed)`;
+    if (iv.kind === "mask_off") return `causal mask switched off in layer ${iv.layer}`;
+    return `scores of layer ${iv.layer} divided by T = ${iv.temperature}`;
+  }
+
+  function readIntervention() {
+    const kind = document.querySelector("input[name=iv]:checked").value;
+    $("iv-head-wrap").hidden = kind !== "ablate";
+    $("iv-temp-wrap").hidden = kind !== "temperature";
+    if (kind === "none") return null;
+    const iv = {kind, layer: Number($("iv-layer").value)};
+    if (kind === "ablate") iv.head = Number($("iv-head").value);
+    if (kind === "temperature") iv.temperature = Number($("iv-temp").value);
+    return iv;
+  }
+
+  function setIntervention(iv) {
+    const kind = iv ? iv.kind : "none";
+    document.querySelector(`input[name=iv][value=${kind}]`).checked = true;
+    if (iv) {
+      $("iv-layer").value = String(iv.layer);
+      if (iv.head !== undefined && iv.head !== null) $("iv-head").value = String(iv.head);
+      if (iv.temperature !== undefined && iv.temperature !== null) $("iv-temp").value = String(iv.temperature);
+    }
+    state.intervention = readIntervention();
+  }
+
+  async function onIntervention() {
+    state.intervention = readIntervention();
+    if (state.step && state.intervention) await resetSteps();
+    await Promise.all([loadNext(), loadView()]);
+  }
+
+  function drawIntervention() {
+    const box = $("iv-bars"), sum = $("iv-summary");
+    box.replaceChildren();
+    readIntervention();
+    if (!state.intervention || !nextData || !nextData.after) {
+      glass.next.before = null; glass.next.after = null;
+      sum.textContent = state.step && state.intervention ? "Interventions change the prompt's pass: go back to the prompt." : "";
+      return;
+    }
+    const before = glass.next.probs, after = tempered(nextData.after, state.temperature);
+    glass.next.before = before; glass.next.after = after;
+    let kl = 0, maxd = 0;
+    for (let i = 0; i < before.length; i++) {
+      if (before[i] > 0) kl += before[i] * (Math.log(before[i]) - Math.log(after[i] || 1e-300));
+      maxd = Math.max(maxd, Math.abs(before[i] - after[i]));
+    }
+    const tb = ranked(before, 1)[0], ta = ranked(after, 1)[0];
+    sum.textContent = `${ivText(state.intervention)}. Top choice ${JSON.stringify(info.vocab[tb])} → ` +
+      `${JSON.stringify(info.vocab[ta])}; largest change of a probability ${fmt(maxd)}; KL(before ‖ after) = ${fmt(kl)} nats.`;
+    sum.dataset.kl = String(kl); sum.dataset.maxdiff = String(maxd);
+    const ids = [...new Set([...ranked(before, 6), ...ranked(after, 6)])];
+    const pmax = Math.max(...ids.map((i) => Math.max(before[i], after[i]))) || 1;
+    box.append(el("li", {class: "bar head small muted"}, "candidate · before (grey) / after (orange)"));
+    for (const id of ids) {
+      const li = el("li", {class: "bar", "data-id": String(id), "data-before": String(before[id]),
+                           "data-after": String(after[id])});
+      const track = el("span", {class: "track two"});
+      const b = el("span", {class: "fill before"}), a = el("span", {class: "fill after"});
+      b.style.width = (100 * before[id] / pmax).toFixed(2) + "%";
+      a.style.width = (100 * after[id] / pmax).toFixed(2) + "%";
+      track.append(b, a);
+      li.append(el("span", {class: "tick"}, ""), el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)), track,
+                el("span", {class: "p mono"}, fmt(before[id])), el("span", {class: "q mono"}, fmt(after[id])));
+      box.append(li);
+    }
+  }
+
+  // ------------------------------------------------------------------ start
+  async function start() {
+    try {
+      info = await source.info();
+    } catch (e) {
+      $("model-line").textContent = "cannot reach the inspector's server: " + e.message;
+      return;
+    }
+    buildControls();
+    readIntervention();
+    const boot = embedded ? embedded.prompt : (info.prompt || "Once upon a time there was a little dog");
+    $("prompt").value = boot;
+    if (embedded) {
+      $("prompt").readOnly = true;
+      $("run").disabled = true;
+      $("prompt-note").textContent = "This offline page holds one prompt; run `glassllm inspect` to try others.";
+    }
+    state.layer = 0; state.name = "attn.softmax"; state.head = 0;
+    syncControls();
+    await runPrompt();
+    glass.ready = true;
+    document.body.dataset.ready = "1";
+  }
+  glass.started = start();
+})();

@@ -1,0 +1,480 @@
+"""The inspector's server and data layer: exact numbers, bad input, limits, export, command line.
+
+References: the independent PyTorch LLaMA of ``torch_reference.py`` in float64
+on the same weights (snapshot values, gradients of the next-token loss,
+decoding steps recomputed without a cache, interventions re-expressed as
+weight edits), and :mod:`glassllm.sampling` for the survivors. Every bad
+request must get HTTP 400 with a one-line JSON ``{"error": ...}``; nothing may
+give a 500.
+
+The model has the bundled model's shape (4 layers, 4 query heads, 2 key/value
+heads, 1,024 ids) with random weights of a trained-like scale, and a tokenizer
+trained here on generated text, so nothing needs ``../shared`` or the bundled file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from conftest import randomize  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from glassllm.config import ModelConfig  # noqa: E402
+from glassllm.inspector import Inspector, Limits, create_app, export_html  # noqa: E402
+from glassllm.inspector.schema import SnapshotRequest, request_key  # noqa: E402
+from glassllm.nn import Transformer  # noqa: E402
+from glassllm.sampling import sampling_distribution  # noqa: E402
+
+PROMPT = "once upon a time the little dog ran"
+
+
+# ----------------------------------------------------------------------------
+# A model and tokenizer of the bundled shape, made here (also used by the browser test)
+# ----------------------------------------------------------------------------
+
+def generated_text(seed: int = 0, words: int = 600, length: int = 20000) -> str:
+    """Text of made-up words plus a few English ones: enough distinct pairs for 767 merges."""
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    vocab = ["".join(rng.choice(letters, size=rng.integers(2, 9))) for _ in range(words)]
+    vocab += "once upon a time there was the little dog ran and cat sat".split()
+    return " ".join(rng.choice(vocab, size=length))
+
+
+def make_model_and_tokenizer(dtype=np.float64, seed: int = 0):
+    from glassllm.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train([generated_text(seed)], vocab_size=1024)
+    model = randomize(Transformer(ModelConfig(), seed=seed, dtype=dtype), np.random.default_rng(seed + 1))
+    return model, tokenizer
+
+
+def decode_array(enc: dict) -> np.ndarray:
+    dtype = {"float32": "<f4", "float64": "<f8", "uint8": "u1"}[enc["dtype"]]
+    return np.frombuffer(base64.b64decode(enc["b64"]), dtype=dtype).reshape(enc["shape"])
+
+
+@pytest.fixture(scope="module")
+def parts():
+    return make_model_and_tokenizer(np.float64)
+
+
+@pytest.fixture(scope="module")
+def inspector(parts):
+    model, tokenizer = parts
+    return Inspector(model, tokenizer, Limits(max_prompt_tokens=64, max_new_tokens=6, max_cells=1 << 16))
+
+
+@pytest.fixture(scope="module")
+def client(inspector):
+    # The base URL names a loopback host: the app refuses any other Host header.
+    with TestClient(create_app(inspector, prompt=PROMPT), base_url="http://127.0.0.1") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(parts):
+    torch = pytest.importorskip("torch")
+    from torch_reference import TorchLlama
+
+    model, _ = parts
+    ref = TorchLlama(model.config.to_dict(), dtype=torch.float64)
+    ref.load_glassllm_state(model.state_dict())
+    return ref
+
+
+def post(client, kind: str, body):
+    return client.post(f"/api/{kind}", json=body)
+
+
+def torch_capture(ref, ids, target=None):
+    """The reference's snapshots (batch row 0) and, with ``target``, their gradients of -log p(target)."""
+    import torch
+
+    capture = {}
+    logits = ref(np.array([ids]), capture=capture)
+    grads = {}
+    if target is not None:
+        loss = -torch.log_softmax(logits[0, -1], dim=-1)[target]
+        loss.backward()
+        grads = {k: t.grad[0].detach().numpy() for k, t in capture.items()
+                 if getattr(t, "retains_grad", False) and t.grad is not None}
+    # Every capture keeps the batch axis except the mask, which is (n, m) already.
+    values = {k: (t if k.endswith("attn.mask") else t[0]).detach().numpy() for k, t in capture.items()}
+    return values, grads, logits[0, -1].detach().numpy()
+
+
+# ----------------------------------------------------------------------------
+# Exact numbers
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, layer, head", [
+    ("attn.softmax", 2, 3), ("attn.scores", 0, 1), ("attn.k", 1, 1), ("attn.rope_q", 3, 0),
+    ("mlp.act", 2, None), ("resid_post", 3, None), ("attn_norm.rms", 1, None), ("embed", None, None),
+    ("logits", None, None),
+])
+def test_snapshots_equal_the_pytorch_reference(client, parts, reference, name, layer, head):
+    model, tokenizer = parts
+    r = post(client, "snapshot", {"prompt": PROMPT, "name": name, "layer": layer, "head": head})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    values, _, _ = torch_capture(reference, ids)
+    full = name if layer is None else f"layers.{layer}.{name}"
+    want = values[full]
+    if head is not None:
+        want = want[head]
+    if want.ndim == 1:
+        want = want[:, None]
+    got = decode_array(body["values"])
+    assert got.shape == want.shape == tuple(body["shape"])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+    # Labels: rows are the prompt's tokens at their positions.
+    assert body["rows"] == tokenizer.pieces(ids) and body["row_pos"] == list(range(len(ids)))
+    assert (body["n"], body["m"], body["start"]) == (len(ids), len(ids), 0)
+    if name in ("attn.softmax", "attn.scores"):
+        assert body["cols"] == tokenizer.pieces(ids)
+        masked = decode_array(body["masked"]).astype(bool)
+        np.testing.assert_array_equal(masked, np.triu(np.ones((len(ids), len(ids)), bool), 1))
+
+
+@pytest.mark.parametrize("name, layer, head", [
+    ("attn.softmax", 2, 3), ("attn.v", 1, 0), ("mlp.gate", 0, None), ("resid_pre", 2, None), ("logits", None, None),
+])
+def test_gradients_equal_the_pytorch_reference(client, parts, reference, name, layer, head):
+    model, tokenizer = parts
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    _, _, last = torch_capture(reference, ids)
+    target = int(np.argmax(last))
+    for body_target in (None, 7):           # the model's top choice, then a chosen token
+        r = post(client, "snapshot", {"prompt": PROMPT, "name": name, "layer": layer, "head": head,
+                                      "grad": True, "target": body_target})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        want_target = target if body_target is None else body_target
+        assert body["target"] == want_target and body["grad"] is True
+        _, grads, _ = torch_capture(reference, ids, want_target)
+        full = name if layer is None else f"layers.{layer}.{name}"
+        want = grads[full] if head is None else grads[full][head]
+        np.testing.assert_allclose(decode_array(body["values"]), want, rtol=1e-8, atol=1e-12)
+
+
+def test_next_token_logits_and_survivors(client, parts, reference):
+    _, tokenizer = parts
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    _, _, last = torch_capture(reference, ids)
+    for T, k, p in [(1.0, None, None), (0.7, 20, None), (1.5, None, 0.6), (0.0, 5, 0.9), (2.0, 40, 0.3)]:
+        r = post(client, "next", {"prompt": PROMPT, "temperature": T, "top_k": k, "top_p": p})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        logits = decode_array(body["logits"])
+        np.testing.assert_allclose(logits, last, rtol=1e-9, atol=1e-10)
+        want = sampling_distribution(logits, T, k, p)
+        np.testing.assert_array_equal(decode_array(body["sampled"]), want)
+        assert sorted(body["survivors"]) == np.flatnonzero(want > 0).tolist()
+        assert body["tokens"] == tokenizer.pieces(ids) and body["position"] == len(ids) - 1
+
+
+def _reference_logits_with(reference, parts, edit):
+    """Last-position logits of the reference after ``edit(state)`` changes a copy of the weights."""
+    import torch
+    from torch_reference import TorchLlama
+
+    model, tokenizer = parts
+    state = {k: v.copy() for k, v in model.state_dict().items()}
+    edit(state)
+    ref = TorchLlama(model.config.to_dict(), dtype=torch.float64)
+    ref.load_glassllm_state(state)
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    return ref(np.array([ids]))[0, -1].detach().numpy()
+
+
+def test_interventions_equal_weight_edits_of_the_reference(client, parts, reference):
+    D = parts[0].config.head_dim
+
+    # Ablating head 3 of layer 2 zeroes its mix: the same as zeroing its columns of W_O.
+    def ablate(state):
+        state["layers.2.attention.wo.weight"][:, 3 * D:4 * D] = 0.0
+    r = post(client, "next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 2, "head": 3}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    after = decode_array(body["after"]["logits"])
+    np.testing.assert_allclose(after, _reference_logits_with(reference, parts, ablate), rtol=1e-9, atol=1e-10)
+    assert np.abs(after - decode_array(body["logits"])).max() > 1e-3  # it changed something
+
+    # Dividing layer 1's scores by T = 4 equals dividing its queries (W_Q) by 4.
+    def cool(state):
+        state["layers.1.attention.wq.weight"] /= 4.0
+    r = post(client, "next", {"prompt": PROMPT, "intervention": {"kind": "temperature", "layer": 1, "temperature": 4}})
+    after = decode_array(r.json()["after"]["logits"])
+    np.testing.assert_allclose(after, _reference_logits_with(reference, parts, cool), rtol=1e-9, atol=1e-10)
+
+
+def test_mask_off_shows_the_future_in_that_layer_only(client, parts):
+    iv = {"kind": "mask_off", "layer": 1}
+    n = len(parts[1].encode(PROMPT, allowed_special="all"))
+    body = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 1, "head": 0,
+                                     "intervention": iv}).json()
+    weights, masked = decode_array(body["values"]), decode_array(body["masked"])
+    assert not masked.any()
+    assert (weights[np.triu_indices(n, 1)] > 0).all()       # future keys get weight
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-12)
+    other = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 0,
+                                      "intervention": iv}).json()
+    assert (decode_array(other["values"])[np.triu_indices(n, 1)] == 0).all()
+    after = post(client, "next", {"prompt": PROMPT, "intervention": iv}).json()["after"]
+    assert decode_array(after["logits"]).shape == (1024,)
+
+
+def test_decoding_steps_match_recomputation_without_a_cache(client, parts, reference):
+    _, tokenizer = parts
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    seq = list(ids)
+    for step in (1, 2, 3):
+        # The token fed at this step is the greedy choice of the previous pass, recomputed without a cache.
+        prev = reference(np.array([seq]))[0, -1].detach().numpy()
+        seq.append(int(np.argmax(prev)))
+        body = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 3,
+                                         "step": step}).json()
+        assert (body["n"], body["m"], body["start"]) == (1, len(ids) + step, len(ids) + step - 1)
+        assert body["cols"] == tokenizer.pieces(seq) and body["rows"] == [tokenizer.piece(seq[-1])]
+        values, _, last = torch_capture(reference, seq)
+        np.testing.assert_allclose(decode_array(body["values"]), values["layers.2.attn.softmax"][3][-1:],
+                                   rtol=1e-9, atol=1e-12)
+        nxt = post(client, "next", {"prompt": PROMPT, "step": step}).json()
+        np.testing.assert_allclose(decode_array(nxt["logits"]), last, rtol=1e-9, atol=1e-10)
+        assert nxt["fed"]["id"] == seq[-1] and nxt["m"] == len(seq)
+
+
+def test_info_lists_the_tracer_registry(client, parts):
+    from glassllm.trace import registry
+
+    info = client.get("/api/info").json()
+    reg = registry(parts[0])
+    names = {e["name"]: e for e in info["names"]}
+    want = [k.removeprefix("layers.0.") for k in reg if k.startswith("layers.0.") or not k.startswith("layers.")]
+    assert list(names) == want
+    for local, entry in names.items():
+        full = f"layers.0.{local}" if entry["in_layer"] else local
+        assert entry["axes"] == list(reg[full])
+    assert names["attn.q"]["heads"] == names["attn.softmax"]["heads"] == 4
+    assert names["attn.k"]["heads"] == names["attn.v"]["heads"] == 2 and names["attn.out"]["heads"] == 0
+    assert len(info["vocab"]) == 1024 and info["prompt"] == PROMPT
+
+
+# ----------------------------------------------------------------------------
+# Bad input: 400 and one JSON line, never a 500
+# ----------------------------------------------------------------------------
+
+BAD = [
+    ("tokens", {"prompt": ""}, "prompt is empty"),
+    ("snapshot", {"prompt": "", "name": "attn.q", "layer": 0, "head": 0}, "prompt is empty"),
+    ("tokens", {"prompt": "once upon a time " * 40}, "at most 64"),
+    ("next", {"prompt": "a" * 30000}, "prompt"),
+    ("next", {"prompt": PROMPT, "temperature": -1}, "temperature"),
+    ("next", {"prompt": PROMPT, "temperature": 1e9}, "temperature"),
+    ("next", {"prompt": PROMPT, "top_k": 0}, "top_k"),
+    ("next", {"prompt": PROMPT, "top_k": 5000}, "top_k 5000"),
+    ("next", {"prompt": PROMPT, "top_p": 1.5}, "top_p"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.nope", "layer": 0}, "unknown snapshot 'attn.nope'"),
+    ("snapshot", {"prompt": PROMPT, "name": "../../etc/passwd", "layer": 0}, "unknown snapshot"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 4, "head": 0}, "layer 4"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": -1, "head": 0}, "layer"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 5}, "head 5"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.k", "layer": 2, "head": 2}, "head 2 is out of range"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2}, "send a head"),
+    ("snapshot", {"prompt": PROMPT, "name": "mlp.out", "layer": 2, "head": 0}, "no head axis"),
+    ("snapshot", {"prompt": PROMPT, "name": "logits", "layer": 2}, "outside the layers"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "head": 0}, "send a layer"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": "2", "head": 0}, "layer"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 1.5, "head": 0}, "layer"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.mask", "layer": 0, "grad": True}, "no gradient"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 0, "head": 0, "step": 99}, "step 99"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 0, "head": 0, "step": 1, "grad": True}, "step 0"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 0, "head": 0, "target": 1024, "grad": True},
+     "target 1024"),
+    ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 0, "head": 0, "colour": "red"}, "unknown field"),
+    ("snapshot", {"prompt": PROMPT, "layer": 0}, "missing field 'name'"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "explode", "layer": 0}}, "intervention.kind"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 4, "head": 0}}, "layer 4"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 0}}, "needs a head"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "temperature", "layer": 0, "temperature": 0}},
+     "temperature"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "temperature", "layer": 0}}, "needs a temperature"),
+    ("next", {"prompt": PROMPT, "step": 1, "intervention": {"kind": "mask_off", "layer": 0}}, "step 0"),
+    ("snapshot", [1, 2, 3], "JSON object"),
+]
+
+
+@pytest.mark.parametrize("kind, body, message", BAD, ids=[f"{k}-{m}" for k, _, m in BAD])
+def test_bad_requests_get_400_and_one_line(client, kind, body, message):
+    r = post(client, kind, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert isinstance(error, str) and "\n" not in error and len(error) < 500
+    assert message in error
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b'{"prompt": "a", "temperature": NaN}', "temperature"),
+    (b'{"prompt": "a", "temperature": Infinity}', "temperature"),
+    (b'{"prompt": "a", "temperature": -0.5}', "temperature"),
+    (b'{"prompt": "a",', "not valid JSON"),
+    (b"", "JSON"),
+    (b"\xff\xfe", "JSON"),
+    (b'"just a string"', "JSON object"),
+])
+def test_malformed_bodies_get_400(client, raw, message):
+    r = client.post("/api/next", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert message in r.json()["error"]
+
+
+def test_limits_on_snapshot_size_and_steps(parts):
+    model, tokenizer = parts
+    small = Inspector(model, tokenizer, Limits(max_prompt_tokens=8, max_new_tokens=2, max_cells=100))
+    with TestClient(create_app(small), base_url="http://127.0.0.1") as c:
+        r = post(c, "snapshot", {"prompt": "once upon", "name": "logits"})
+        assert r.status_code == 400 and "--max-cells" in r.json()["error"]
+        r = post(c, "snapshot", {"prompt": "once upon", "name": "attn.softmax", "layer": 0, "head": 0, "step": 3})
+        assert r.status_code == 400 and "--max-new-tokens" in r.json()["error"]
+        assert post(c, "snapshot", {"prompt": "once upon", "name": "attn.softmax", "layer": 0, "head": 0,
+                                    "step": 2}).status_code == 200
+        r = post(c, "tokens", {"prompt": "once upon a time the little dog ran and sat"})
+        assert r.status_code == 400 and "at most 8" in r.json()["error"]
+    # The prompt limit can never exceed the context (minus one new token).
+    assert Inspector(model, tokenizer, Limits(max_prompt_tokens=10_000)).limits.max_prompt_tokens == 511
+    with pytest.raises(ValueError, match="max_cells"):
+        Limits(max_cells=0)
+
+
+def test_server_serves_only_its_assets(client):
+    for path in ["/", "/app.js", "/style.css"]:
+        r = client.get(path)
+        assert r.status_code == 200 and "default-src 'none'" in r.headers["content-security-policy"]
+    for path in ["/index.html", "/static/app.js", "/../pyproject.toml", "/%2e%2e/%2e%2e/etc/passwd",
+                 "/docs", "/redoc", "/openapi.json", "/api/", "/api/snapshot/../../x", "/assets/tinystories.safetensors"]:
+        r = client.get(path)
+        assert r.status_code == 404 and "error" in r.json(), path
+    r = client.get("/api/snapshot")
+    assert r.status_code == 405 and "not allowed" in r.json()["error"]
+    r = client.get("/", headers={"Host": "evil.example:80"})
+    assert r.status_code == 400 and "not this machine" in r.json()["error"]
+    assert client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+    r = client.post("/api/tokens", content=b"{" + b" " * 300_000 + b"}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "too large" in r.json()["error"]
+
+
+def test_random_bodies_never_give_500(client):
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 1100), st.floats(allow_nan=True),
+                        st.sampled_from(["", "a", "once upon", "attn.softmax", "logits", "ablate", "mask_off"]))
+    field = st.sampled_from(["prompt", "name", "layer", "head", "step", "grad", "target", "temperature",
+                             "top_k", "top_p", "intervention", "kind", "x"])
+    body = st.dictionaries(field, st.one_of(scalars, st.dictionaries(field, scalars, max_size=3)), max_size=6)
+
+    @hypothesis.settings(max_examples=120, deadline=None, derandomize=True)
+    @hypothesis.given(kind=st.sampled_from(["tokens", "snapshot", "next"]), body=body)
+    def check(kind, body):
+        r = client.post(f"/api/{kind}", content=json.dumps(body), headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400), (kind, body, r.text)
+        if r.status_code == 400:
+            assert "\n" not in r.json()["error"]
+
+    check()
+
+
+# ----------------------------------------------------------------------------
+# The offline export and the command line
+# ----------------------------------------------------------------------------
+
+def test_export_embeds_the_servers_answers_and_fetches_nothing(inspector, client, tmp_path):
+    path = tmp_path / "page.html"
+    stats = export_html(inspector, PROMPT, path, steps=2)
+    html = path.read_text(encoding="utf-8")
+    assert stats["bytes"] == len(html.encode("utf-8"))
+    # Nothing refers to the network; the CSP forbids it anyway.
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!data:)""", html.replace('href="data:,"', ""))
+    assert "connect-src 'none'" in html and "http://" not in html and "https://" not in html
+    data = json.loads(re.search(r'<script id="glass-data" type="application/json">(.*?)</script>', html, re.S)
+                      .group(1))
+    assert data["prompt"] == PROMPT
+    responses = data["responses"]
+    # The page's key for layer 2, head 3, attn.softmax holds what the server answers.
+    key = request_key("snapshot", SnapshotRequest(prompt=PROMPT, name="attn.softmax", layer=2, head=3))
+    assert key == 'snapshot:{"head":3,"layer":2,"name":"attn.softmax","prompt":"%s"}' % PROMPT
+    live = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 3}).json()
+    assert responses[key] == live
+    kinds = {k.split(":", 1)[0] for k in responses}
+    assert kinds == {"tokens", "snapshot", "next"}
+    steps = {json.loads(k.split(":", 1)[1]).get("step", 0) for k in responses if k.startswith("next:")}
+    assert steps == {0, 1, 2}
+    assert responses['snapshot:{"grad":true,"layer":0,"name":"attn.mask","prompt":"%s"}' % PROMPT]["error"]
+    with pytest.raises(ValueError, match="prompt is empty"):
+        export_html(inspector, "", tmp_path / "empty.html")
+    assert not (tmp_path / "empty.html").exists()
+
+
+@pytest.fixture(scope="module")
+def model_file(parts, tmp_path_factory):
+    from glassllm.checkpoint import save_model
+
+    model, tokenizer = parts
+    path = tmp_path_factory.mktemp("inspect") / "model.safetensors"
+    save_model(path, model, tokenizer)
+    return path
+
+
+def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
+    from glassllm.cli import main
+
+    out = tmp_path / "story.html"
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(out), "--steps", "1"]) == 0
+    assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
+    for argv, message in [
+        (["inspect", "", "--model", str(model_file), "--html", str(out)], "PROMPT is empty"),
+        (["inspect", "x", "--model", str(tmp_path / "missing.safetensors")], "does not exist"),
+        (["inspect", "x", "--model", str(model_file), "--port", "70000"], "--port"),
+        (["inspect", "x", "--model", str(model_file), "--max-cells", "0"], "--max-cells"),
+        (["inspect", "once " * 300, "--model", str(model_file), "--html", str(out)], "at most 256"),
+        (["inspect", "x", "--model", str(model_file), "--html", str(tmp_path / "no" / "dir.html")], "does not exist"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_cli_serves_prints_the_url_and_warns_off_loopback(model_file, host):
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "glassllm.cli", "inspect", "once upon a time", "--model", str(model_file),
+         "--host", host, "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"(http://[\d.]+:\d+/)", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        url = match.group(1).replace("0.0.0.0", "127.0.0.1")
+        info = httpx.get(url + "api/info", timeout=30).json()
+        assert info["prompt"] == "once upon a time" and info["model"]["n_layers"] == 4
+        assert httpx.get(url, timeout=30).text.startswith("<!doctype html>")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    if host == "127.0.0.1":
+        assert "warning" not in err
+    else:
+        assert "warning: listening on 0.0.0.0" in err and "no authentication" in err

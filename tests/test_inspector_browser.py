@@ -1,0 +1,339 @@
+"""The inspector's page in a real browser: Debian's Chromium, driven by Playwright.
+
+The same walk-through runs twice: against the live server (uvicorn in a
+thread on a free loopback port) and on the exported HTML file opened from
+disk with every non-file request aborted. It types a prompt (live only), picks
+layer 2, head 3 and ``attn.softmax`` with the page's own controls, and checks
+the numbers the page shows against the tracer's (:mod:`glassllm.trace`):
+
+- the heatmap is n x m and every cell equals the tracer's value, bit for bit;
+  hovering a cell shows that exact value;
+- after moving the temperature slider, the displayed probabilities equal
+  softmax(logits / T) computed here in float64, and the survivors of top-k /
+  top-p equal :mod:`glassllm.sampling`'s;
+- two decoding steps grow m by one each, with the tracer's numbers;
+- ablating a head changes the next-token distribution, to the tracer's numbers.
+
+It saves screenshots under ``test-artifacts/`` and, live, measures a
+256-token prompt: render and switch times are *reported*
+(``test-artifacts/inspector-timings.json``), never asserted -- speed is not a
+unit test. Without Chromium or Playwright the tests skip, unless
+``GLASSLLM_REQUIRE_BROWSER=1`` (set by ``.ci/run``) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+PROMPT = "once upon a time the little dog ran"
+
+pytestmark = pytest.mark.browser
+
+
+def _unavailable(reason: str):
+    if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright's Python package is not installed (pip install playwright)")
+    if not os.path.exists(CHROMIUM):
+        _unavailable(f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
+    with tempfile.TemporaryDirectory(prefix="glassllm-chromium-") as profile, sync_playwright() as p:
+        try:
+            context = p.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, headless=True, args=ARGS,
+                viewport={"width": 1440, "height": 1000}, device_scale_factor=1,
+                # Playwright's waiting helpers evaluate strings, which the page's CSP forbids.
+                bypass_csp=True)
+        except Exception as e:  # Playwright raises its own error type
+            _unavailable(f"Chromium at {CHROMIUM} does not start: {str(e).splitlines()[0]}")
+        yield context
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def parts():
+    """The bundled model when it is installed (the screenshot shows it), else one made here."""
+    from glassllm.checkpoint import bundled_model_path, load_model
+
+    if bundled_model_path().exists():
+        model, tokenizer, _ = load_model(bundled_model_path())
+        return model, tokenizer, "bundled"
+    from test_inspector_api import make_model_and_tokenizer
+
+    model, tokenizer = make_model_and_tokenizer(np.float32)
+    return model, tokenizer, "random"
+
+
+@pytest.fixture(scope="module")
+def inspector(parts):
+    from glassllm.inspector import Inspector, Limits
+
+    return Inspector(parts[0], parts[1], Limits(max_prompt_tokens=256, max_new_tokens=16))
+
+
+@pytest.fixture(scope="module")
+def server(inspector):
+    from glassllm.inspector import create_app
+    from glassllm.inspector.server import Server
+
+    s = Server(create_app(inspector, prompt="Once upon a time"), "127.0.0.1", 0).start()
+    yield s
+    s.stop()
+
+
+# ----------------------------------------------------------------------------
+# References from the tracer
+# ----------------------------------------------------------------------------
+
+def softmax64(z, T):
+    z = np.asarray(z, dtype=np.float64)
+    e = np.exp((z - z.max()) / T)
+    return e / e.sum()
+
+
+def traced(model, ids, **kw):
+    from glassllm.trace import trace
+
+    return trace(model, np.array(ids), **kw)
+
+
+def decoded_steps(model, tokenizer, ids, steps):
+    """The tracer's record of greedy decoding with the KV cache."""
+    from glassllm.generate import generate
+    from glassllm.trace import Tracer
+
+    with Tracer(model) as tracer:  # every name, as the inspector records: the same code path, the same bits
+        list(generate(model, tokenizer, ids, max_new_tokens=steps + 1, temperature=0, fast=False))
+    return tracer.trace
+
+
+# ----------------------------------------------------------------------------
+# The walk-through
+# ----------------------------------------------------------------------------
+
+def idle(page):
+    page.evaluate("() => window.glass.idle()")
+
+
+def heatmap(page) -> dict:
+    return page.evaluate("""() => { const h = window.glass.heatmap;
+        return {name: h.name, rows: h.rows, cols: h.cols, n: h.n, m: h.m, start: h.start,
+                values: Array.from(h.values), rowSums: h.rowSums}; }""")
+
+
+def hover(page, i, j) -> dict:
+    at = page.evaluate(f"() => window.glass.heatmap.cellCenter({i}, {j})")
+    page.locator("#heatmap").hover(position=at)   # scrolls the canvas into view first
+    tip = page.locator("#tooltip")
+    assert tip.is_visible()
+    return {"value": tip.get_attribute("data-value"), "row": int(tip.get_attribute("data-row")),
+            "col": int(tip.get_attribute("data-col")), "text": tip.inner_text()}
+
+
+def walk_through(page, model, tokenizer, typed: bool) -> None:
+    from glassllm.sampling import sampling_distribution
+    from glassllm.trace import ZeroAblate
+
+    page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+    if typed:
+        page.fill("#prompt", PROMPT)
+        page.press("#prompt", "Enter")
+        idle(page)
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    n = len(ids)
+    chips = page.locator("#tokens .tok b").all_inner_texts()
+    assert chips == [p.replace(" ", "␣") for p in tokenizer.pieces(ids)]
+
+    # Pick layer 2, attn.softmax, head 3 with the page's controls.
+    page.click("#layers button[data-layer='2']")
+    page.select_option("#snapshot", "attn.softmax")
+    page.click("#heads button[data-head='3']")
+    idle(page)
+    assert page.locator("#heads button").count() == 4
+    h = heatmap(page)
+    ref = traced(model, ids)
+    want = ref.get("attn.softmax", layer=2, head=3, step=0).astype(np.float64)        # (n, m)
+    assert h["name"] == "layers.2.attn.softmax" and (h["rows"], h["cols"]) == (n, n) == want.shape
+    assert page.get_attribute("#heatmap", "data-m") == str(n)
+    np.testing.assert_array_equal(np.array(h["values"]).reshape(n, n), want)          # bit for bit
+    np.testing.assert_allclose(h["rowSums"], 1.0, rtol=1e-5)
+    for i, j in [(n - 1, 0), (n // 2, n // 3), (n - 1, n - 1), (0, n - 1)]:
+        shown = hover(page, i, j)
+        assert (shown["row"], shown["col"]) == (i, j)
+        assert float(shown["value"]) == want[i, j]
+        assert ("masked" in shown["text"]) == (j > i)
+    howto = page.locator("details.howto").inner_text()
+    assert all(w in howto for w in ("Axes first", "Masks next", "row sums", "ablate the head"))
+    # Projected keys have two heads; attention weights four.
+    page.select_option("#snapshot", "attn.k")
+    idle(page)
+    assert page.locator("#heads button").count() == 2
+    assert page.evaluate("() => window.glass.heatmap.head") == 1      # query head 3 reads K/V head 1
+    page.select_option("#snapshot", "attn.softmax")
+    idle(page)
+    assert page.evaluate("() => window.glass.heatmap.head") == 3
+
+    # Temperature 0.5 by keyboard (50 steps of 0.01 down), then top-k 10 and top-p 0.8.
+    logits = ref.get("logits", step=0)[-1].astype(np.float64)                        # (V,)
+    page.focus("#temperature")
+    for _ in range(50):
+        page.keyboard.press("ArrowLeft")
+    assert page.input_value("#temperature") == "0.5"
+    probs = np.array(page.evaluate("() => Array.from(window.glass.next.probs)"))
+    np.testing.assert_allclose(probs, softmax64(logits, 0.5), rtol=1e-12, atol=1e-300)
+    bars = page.eval_on_selector_all("#bars li.bar", "els => els.map(e => [Number(e.dataset.id), e.dataset.prob])")
+    assert len(bars) == 12
+    for token_id, shown in bars:
+        assert float(shown) == pytest.approx(softmax64(logits, 0.5)[token_id], rel=1e-12)
+    page.focus("#topk")
+    for _ in range(10):
+        page.keyboard.press("ArrowRight")
+    page.focus("#topp")
+    for _ in range(20):
+        page.keyboard.press("ArrowLeft")
+    nxt = page.evaluate("() => ({s: window.glass.next.survivors, q: Array.from(window.glass.next.sampled),"
+                        " k: window.glass.next.topK, p: window.glass.next.topP})")
+    assert (nxt["k"], nxt["p"]) == (10, 0.8)
+    dist = sampling_distribution(logits, 0.5, 10, 0.8)
+    assert sorted(nxt["s"]) == np.flatnonzero(dist > 0).tolist()
+    np.testing.assert_allclose(nxt["q"], dist, rtol=1e-12, atol=1e-300)
+
+    # Two decoding steps: one new query against one more key each time.
+    steps = decoded_steps(model, tokenizer, ids, 2)
+    for s in (1, 2):
+        page.click("#step")
+        idle(page)
+        h = heatmap(page)
+        assert (h["rows"], h["n"], h["m"], h["start"]) == (1, 1, n + s, n + s - 1)
+        assert page.get_attribute("#heatmap", "data-m") == str(n + s)
+        assert page.get_attribute("#step-line", "data-m") == str(n + s)
+        want = steps.get("attn.softmax", layer=2, head=3, step=s).astype(np.float64)   # (1, m)
+        np.testing.assert_array_equal(np.array(h["values"]).reshape(want.shape), want)
+        shown = hover(page, 0, n + s - 1)
+        assert float(shown["value"]) == want[0, -1]
+        assert not page.locator("#legend-cache").is_hidden()
+    page.click("#reset")
+    idle(page)
+    assert heatmap(page)["m"] == n
+
+    # Ablate head 3 of layer 2: the distribution moves, to the tracer's numbers.
+    page.check("input[name=iv][value=ablate]")
+    page.select_option("#iv-layer", "2")
+    page.select_option("#iv-head", "3")
+    idle(page)
+    got = page.evaluate("() => ({b: Array.from(window.glass.next.before), a: Array.from(window.glass.next.after)})")
+    after = traced(model, ids, interventions=[ZeroAblate(2, 3)]).get("logits", step=0)[-1]
+    np.testing.assert_allclose(got["b"], softmax64(logits, 0.5), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(got["a"], softmax64(after, 0.5), rtol=1e-12, atol=1e-300)
+    assert np.abs(np.array(got["a"]) - np.array(got["b"])).max() > 1e-6
+    assert float(page.get_attribute("#iv-summary", "data-maxdiff")) > 1e-6
+    assert page.locator("#iv-bars li.bar[data-id]").count() >= 6
+
+    # Back to a clean state for the screenshot: T = 1, filters off, the head's weights hovered.
+    page.focus("#temperature")
+    for _ in range(50):
+        page.keyboard.press("ArrowRight")
+    page.focus("#topk")
+    page.keyboard.press("Home")
+    page.focus("#topp")
+    page.keyboard.press("End")
+    hover(page, n - 1, n // 3)
+
+
+def test_live_server(browser, server, parts):
+    model, tokenizer, kind = parts
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url)
+    walk_through(page, model, tokenizer, typed=True)
+    assert errors == []
+    # Canvas, not DOM cells: the whole page stays small.
+    assert page.evaluate("() => document.getElementsByTagName('*').length") < 1500
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inspector.png"), full_page=True)
+
+    # A 256-token prompt: measured and reported, not asserted.
+    words = "once upon a time there was the little dog ran and cat sat".split()
+    text, k = "", 0
+    while len(tokenizer.encode(text + " " + words[k % len(words)], allowed_special="all")) <= 256:
+        text, k = (text + " " + words[k % len(words)]).strip(), k + 1
+    n = len(tokenizer.encode(text, allowed_special="all"))
+    page.check("input[name=iv][value=none]")
+    idle(page)
+    start = page.evaluate("() => performance.now()")
+    page.fill("#prompt", text)
+    page.press("#prompt", "Enter")
+    idle(page)
+    first = page.evaluate("() => performance.now()") - start
+    h = heatmap(page)
+    assert (h["rows"], h["cols"]) == (n, n)
+    page.evaluate("() => { window.glass.timings.length = 0; }")
+    renders = []
+    for layer, head in [(0, 0), (1, 0), (2, 1), (3, 2), (2, 3), (0, 3), (1, 2), (3, 0)] * 2:
+        page.click(f"#layers button[data-layer='{layer}']")
+        idle(page)
+        renders.append(page.evaluate("() => window.glass.lastRenderMs"))
+        page.click(f"#heads button[data-head='{head}']")
+        idle(page)
+        renders.append(page.evaluate("() => window.glass.lastRenderMs"))
+    switches = [t["ms"] for t in page.evaluate("() => window.glass.timings")]
+    page.select_option("#snapshot", "mlp.gate")
+    idle(page)
+    vector = page.evaluate("() => window.glass.lastRenderMs")
+    assert page.evaluate("() => document.getElementsByTagName('*').length") < 1500
+    timings = {
+        "model": kind, "prompt_tokens": n,
+        "first_view_ms (tokenize + trace + render)": round(first, 1),
+        "switch_layer_or_head_ms": {"median": round(statistics.median(switches), 2), "max": round(max(switches), 2),
+                                    "count": len(switches)},
+        "render_only_ms": {"median": round(statistics.median(renders), 2), "max": round(max(renders), 2)},
+        "render_mlp_gate_256x352_ms": round(vector, 2),
+    }
+    (ARTIFACTS / "inspector-timings.json").write_text(json.dumps(timings, indent=1) + "\n")
+    print("\ninspector timings:", json.dumps(timings))
+    page.close()
+
+
+def test_exported_file_offline(browser, inspector, parts, tmp_path):
+    from glassllm.inspector import export_html
+
+    model, tokenizer, _ = parts
+    path = tmp_path / "inspector.html"
+    export_html(inspector, PROMPT, path, steps=2)
+    page = browser.new_page()
+    blocked, errors = [], []
+
+    def only_files(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+    page.route("**/*", only_files)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    assert page.evaluate("() => window.glass.state.mode") == "export"
+    walk_through(page, model, tokenizer, typed=False)
+    assert blocked == [] and errors == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "inspector-export.png"), full_page=True)
+    page.close()
