@@ -266,10 +266,10 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        with no_grad():
-            if lean is not None and model._tracer is None:
-                logits = lean(tokens, cache)                             # (B, V) last position
-            else:
+        if lean is not None and model._tracer is None:
+            logits = lean(tokens, cache)                                 # (B, V) last position
+        else:
+            with no_grad():
                 logits = model(tokens, cache).data[:, -1]                # (B, V)
         probs = model_probs(logits)                                      # (B, V) the model's own
         if temperature == 0.0:
