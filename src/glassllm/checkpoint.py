@@ -57,6 +57,7 @@ def atomic_path(path):
         raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} is not writable")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
     try:
         yield Path(tmp)
         with open(tmp, "rb") as f:
@@ -69,6 +70,12 @@ def atomic_path(path):
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path, data: bytes | str) -> None:
