@@ -399,7 +399,16 @@ def test_random_bodies_never_give_500(client):
 # The offline export and the command line
 # ----------------------------------------------------------------------------
 
-def test_export_embeds_the_servers_answers_and_fetches_nothing(inspector, client, tmp_path):
+@pytest.fixture(scope="module")
+def small_model(parts):
+    """A narrower, shorter model than the others, for the export (which runs every intervention) and the CLI."""
+    config = ModelConfig(dim=32, n_layers=3, ffn_dim=64, max_seq_len=320)
+    return randomize(Transformer(config, seed=3, dtype=np.float32), np.random.default_rng(4))
+
+
+def test_export_embeds_the_servers_answers_and_fetches_nothing(parts, small_model, tmp_path):
+    inspector = Inspector(small_model, parts[1], Limits(max_prompt_tokens=32, max_new_tokens=4))
+    client = TestClient(create_app(inspector), base_url="http://127.0.0.1")
     path = tmp_path / "page.html"
     stats = export_html(inspector, PROMPT, path, steps=2)
     html = path.read_text(encoding="utf-8")
@@ -427,12 +436,11 @@ def test_export_embeds_the_servers_answers_and_fetches_nothing(inspector, client
 
 
 @pytest.fixture(scope="module")
-def model_file(parts, tmp_path_factory):
+def model_file(parts, small_model, tmp_path_factory):
     from glassllm.checkpoint import save_model
 
-    model, tokenizer = parts
     path = tmp_path_factory.mktemp("inspect") / "model.safetensors"
-    save_model(path, model, tokenizer)
+    save_model(path, small_model, parts[1])
     return path
 
 
@@ -469,7 +477,7 @@ def test_cli_serves_prints_the_url_and_warns_off_loopback(model_file, host):
         assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
         url = match.group(1).replace("0.0.0.0", "127.0.0.1")
         info = httpx.get(url + "api/info", timeout=30).json()
-        assert info["prompt"] == "once upon a time" and info["model"]["n_layers"] == 4
+        assert info["prompt"] == "once upon a time" and info["model"]["n_layers"] == 3
         assert httpx.get(url, timeout=30).text.startswith("<!doctype html>")
     finally:
         proc.terminate()

@@ -255,6 +255,7 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
     page.keyboard.press("Home")
     page.focus("#topp")
     page.keyboard.press("End")
+    page.evaluate("() => document.activeElement.blur()")
     hover(page, n - 1, n // 3)
 
 

@@ -12,24 +12,22 @@ Modules, one concept each:
 - :mod:`.cli`     the ``glassllm inspect`` command;
 - ``static/``     the page itself: ``index.html``, ``app.js``, ``style.css`` (canvas, no dependencies).
 
->>> from glassllm.inspector import Inspector, create_app, export_html   # doctest: +SKIP
+The names below are imported on first use, so that ``glassllm --help`` works
+without the web dependencies (``pip install "glassllm[app]"``)::
+
+    from glassllm.inspector import Inspector, Limits, create_app, export_html
 """
 
-from .data import Inspector
-from .schema import Limits
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["Inspector", "Limits", "create_app", "export_html"]
 
-
-def create_app(*args, **kwargs):
-    """See :func:`glassllm.inspector.server.create_app` (imported lazily: it needs FastAPI)."""
-    from .server import create_app as make
-
-    return make(*args, **kwargs)
+_HOMES = {"Inspector": ".data", "Limits": ".schema", "create_app": ".server", "export_html": ".export"}
 
 
-def export_html(*args, **kwargs):
-    """See :func:`glassllm.inspector.export.export_html`."""
-    from .export import export_html as write
-
-    return write(*args, **kwargs)
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

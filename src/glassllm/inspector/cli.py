@@ -58,6 +58,12 @@ def _load(path):
 
 
 def _cli(args) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import pydantic  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
     from .data import Inspector
     from .schema import Limits
 

@@ -145,7 +145,7 @@ class Inspector:
         return {
             "model": {**c.to_dict(), "head_dim": c.head_dim, "params": self.model.num_params(),
                       "dtype": str(self.model.dtype)},
-            "meta": {k: v for k, v in self.meta.items() if k in ("step", "trained_on", "loss", "source")},
+            "meta": {k: v for k, v in self.meta.items() if k in ("step", "valid_loss", "valid_bits_per_byte")},
             "names": names,
             "vocab": self._vocab,
             "eot_id": _eot(self.tokenizer),

@@ -158,7 +158,9 @@
     $("model-line").textContent =
       `${c.n_layers} layers · width C = ${c.dim} · ${c.n_heads} query heads sharing ${c.n_kv_heads} key/value heads ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
-      `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})`;
+      `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})` +
+      (info.meta.step ? ` · trained ${nice(Number(info.meta.step))} steps` : "") +
+      (info.meta.valid_loss ? `, held-out loss ${Number(info.meta.valid_loss).toFixed(3)} nats/token` : "");
     $("mode-line").textContent = state.mode === "export" ? "offline export: one prompt, precomputed" : "live: local server";
     document.querySelectorAll(".vocab-n").forEach((e) => (e.textContent = nice(c.vocab_size)));
 
@@ -200,7 +202,7 @@
     });
     const canvas = $("heatmap");
     canvas.addEventListener("mousemove", onHover);
-    canvas.addEventListener("mouseleave", () => ($("tooltip").hidden = true));
+    canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; $("cell-outline").hidden = true; });
     window.addEventListener("resize", () => { if (current) draw(); });
   }
 
@@ -342,6 +344,7 @@
 
   function draw() {
     const t0 = performance.now();
+    $("cell-outline").hidden = true;
     const r = current, data = r.data, mask = r.mask;
     const [rows, cols] = r.shape;
     const canvas = $("heatmap");
@@ -377,16 +380,15 @@
     const lut = LUT[sc.kind];
     const img = new ImageData(cols, rows);
     const span = sc.hi - sc.lo || 1;
-    for (let i = 0; i < rows * cols; i++) {
-      let rgb;
+    const px = img.data, scale = 255 / span;
+    for (let i = 0, o = 0; i < rows * cols; i++, o += 4) {
       const v = data[i];
-      if (mask && mask[i]) rgb = MASKED_RGB;
-      else if (!Number.isFinite(v)) rgb = [0, 0, 0];
-      else {
-        const k = Math.max(0, Math.min(255, Math.round(((v - sc.lo) / span) * 255))) * 3;
-        rgb = [lut[k], lut[k + 1], lut[k + 2]];
-      }
-      img.data[i * 4] = rgb[0]; img.data[i * 4 + 1] = rgb[1]; img.data[i * 4 + 2] = rgb[2]; img.data[i * 4 + 3] = 255;
+      px[o + 3] = 255;
+      if (mask && mask[i]) { px[o] = MASKED_RGB[0]; px[o + 1] = MASKED_RGB[1]; px[o + 2] = MASKED_RGB[2]; continue; }
+      if (!(v > -Infinity && v < Infinity)) continue;          // NaN or infinite: black
+      let k = Math.round((v - sc.lo) * scale);
+      k = (k < 0 ? 0 : k > 255 ? 255 : k) * 3;
+      px[o] = lut[k]; px[o + 1] = lut[k + 1]; px[o + 2] = lut[k + 2];
     }
     const off = document.createElement("canvas");
     off.width = cols; off.height = rows;
@@ -582,7 +584,7 @@
     const x = ev.clientX - b.left - geom.x0, y = ev.clientY - b.top - geom.y0;
     const j = Math.floor(x / geom.cw), i = Math.floor(y / geom.ch);
     const tip = $("tooltip");
-    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { tip.hidden = true; return; }
+    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { tip.hidden = true; $("cell-outline").hidden = true; return; }
     const r = current;
     const v = r.data[i * geom.cols + j];
     const masked = r.mask ? !!r.mask[i * geom.cols + j] : false;
@@ -601,10 +603,15 @@
     if (masked) tip.append(el("div", {class: "small"}, "masked: this key is in the query's future"));
     tip.dataset.row = String(i); tip.dataset.col = String(j); tip.dataset.value = exact;
     tip.hidden = false;
-    const wb = $("heatmap-wrap").getBoundingClientRect();
-    let tx = ev.clientX - wb.left + 14, ty = ev.clientY - wb.top + 14;
-    if (tx + 260 > wb.width) tx = ev.clientX - wb.left - 270;
+    let tx = ev.clientX + 16, ty = ev.clientY + 16;
+    if (tx + 290 > window.innerWidth) tx = ev.clientX - 300;
+    if (ty + 90 > window.innerHeight) ty = ev.clientY - 96;
     tip.style.left = tx + "px"; tip.style.top = ty + "px";
+    const box = $("cell-outline"), c = $("heatmap");
+    box.style.left = c.offsetLeft + geom.x0 + j * geom.cw - 1 + "px";
+    box.style.top = c.offsetTop + geom.y0 + i * geom.ch - 1 + "px";
+    box.style.width = geom.cw + 2 + "px"; box.style.height = geom.ch + 2 + "px";
+    box.hidden = false;
     const ro = $("readout");
     ro.textContent = `${colTxt ? rowTxt + " → " + colTxt : rowTxt}: ${exact}${masked ? " (masked)" : ""}`;
     ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = exact;
