@@ -305,6 +305,24 @@ def test_import_tied_embeddings_copies_the_head(tmp_path, tok500):
     np.testing.assert_allclose(our_logits(model, ids), hf_logits(theirs, ids), rtol=0, atol=2e-4)
 
 
+def test_import_reads_bfloat16_weights(tmp_path, tok500):
+    """Checkpoints are often saved in bfloat16: widened exactly to float32 on import."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    theirs = _random_llama(torch, transformers, seed=4).to(torch.bfloat16)
+    folder = _save_hf(theirs, tok500, tmp_path / "hf")
+    assert json.loads((folder / "config.json").read_text()).get("dtype") == "bfloat16"
+    model, _, _ = hf.import_hf(folder, tmp_path / "m.safetensors")
+    # The reference: a float32 model holding the bfloat16 values (casting the bfloat16 model back
+    # would also round its RoPE frequency buffer, which is not part of the checkpoint).
+    ref_model = _random_llama(torch, transformers, seed=4)
+    ref_model.load_state_dict({k: v.float() for k, v in theirs.state_dict().items()})
+    theirs = ref_model
+    np.testing.assert_array_equal(model.tok_embeddings.weight.data, theirs.model.embed_tokens.weight.detach().numpy())
+    ids = tok500.encode(generated_stories(1, seed=8)[0])[:64]
+    np.testing.assert_allclose(our_logits(model, ids), hf_logits(theirs, ids), rtol=0, atol=2e-4)
+
+
 def test_import_renumbers_a_vocabulary_in_another_order(tmp_path, tok500):
     """A tokenizer.json whose ids are shuffled: the tokens and the embedding rows are renumbered together."""
     torch = pytest.importorskip("torch")
