@@ -132,7 +132,7 @@ class TorchDecoder:
                 i = int(logits.argmax())
                 out.append(i)
                 if stamps is not None:
-                    stamps.append(time.perf_counter())
+                    stamps.append((time.perf_counter(), time.process_time()))
                 if s + 1 < new:
                     logits = self.step([i], start)
                     start += 1
@@ -155,7 +155,7 @@ def glassllm_run(model, prompt, new, stamps=None, **kw):
     for t in generate(model, None, prompt, max_new_tokens=new, **kw):
         out.append(t.id)
         if stamps is not None:
-            stamps.append(time.perf_counter())
+            stamps.append((time.perf_counter(), time.process_time()))
     return out
 
 
@@ -183,43 +183,44 @@ def time_round_robin(runs: dict, repeats: int) -> tuple[dict, dict, dict]:
 def growth(step_runs: dict, prompt_len: int, ctx: int, repeats: int, window: int = 16) -> dict:
     """Per-step time for m = prompt_len+1 .. ctx-1 keys, and how it grows with m.
 
-    Each step's time is the median over ``repeats`` runs; then medians over
-    windows of ``window`` steps damp the spikes of a shared machine. Fits on the
-    window medians: a line t = a + b*m, and the slope of the first half against
-    the second (a step that grows linearly in m has equal slopes; a quadratic
-    one, a later slope about three times the earlier).
+    Each step's time (wall and CPU) is the median over ``repeats`` runs; then
+    medians over windows of ``window`` steps damp the spikes of a shared
+    machine. Fits on the window medians: a line t = a + b*m, and the slope of
+    the first half against the second (a step that grows linearly in m has
+    equal slopes; a quadratic one, a later slope about three times the earlier).
     """
     new = ctx - prompt_len
     result = {}
     for name, run in step_runs.items():
         per_run = []
         for _ in range(repeats):
-            stamps = [time.perf_counter()]
+            stamps = [(time.perf_counter(), time.process_time())]
             run(new, stamps)
-            per_run.append(np.diff(np.array(stamps))[1:])                  # drop the prefill step
-        dt = np.median(np.array(per_run), axis=0)                          # (new - 1,) seconds
-        m = np.arange(prompt_len + 1, prompt_len + 1 + len(dt))            # keys each step reads
-        k = len(dt) // window
+            per_run.append(np.diff(np.array(stamps), axis=0)[1:])          # (steps, 2); prefill dropped
+        dts = np.median(np.array(per_run), axis=0)                         # (new - 1, 2) seconds
+        m = np.arange(prompt_len + 1, prompt_len + 1 + len(dts))           # keys each step reads
+        k = len(dts) // window
         wm = m[: k * window].reshape(k, window).mean(axis=1)               # (k,) window centres
-        wt = np.median(dt[: k * window].reshape(k, window), axis=1) * 1e6  # (k,) us per token
-        b, a = np.polyfit(wm, wt, 1)
-        fit = a + b * wm
-        r2 = 1 - ((wt - fit) ** 2).sum() / max(((wt - wt.mean()) ** 2).sum(), 1e-30)
-        half = k // 2
-        early = np.polyfit(wm[:half], wt[:half], 1)[0]
-        late = np.polyfit(wm[half:], wt[half:], 1)[0]
-        result[name] = {
-            "m": wm.tolist(), "us_per_token": wt.tolist(),
-            "linear_fit_us": {"a": float(a), "b_per_key": float(b), "r2": float(r2)},
-            "slope_early_us_per_key": float(early), "slope_late_us_per_key": float(late),
-            "first_window_us": float(wt[0]), "last_window_us": float(wt[-1]),
-        }
+        result[name] = {"m": wm.tolist()}
+        for clock, dt in (("wall", dts[:, 0]), ("cpu", dts[:, 1])):
+            wt = np.median(dt[: k * window].reshape(k, window), axis=1) * 1e6  # (k,) us per token
+            b, a = np.polyfit(wm, wt, 1)
+            fit = a + b * wm
+            r2 = 1 - ((wt - fit) ** 2).sum() / max(((wt - wt.mean()) ** 2).sum(), 1e-30)
+            half = k // 2
+            result[name][clock] = {
+                "us_per_token": wt.tolist(),
+                "linear_fit_us": {"a": float(a), "b_per_key": float(b), "r2": float(r2)},
+                "slope_early_us_per_key": float(np.polyfit(wm[:half], wt[:half], 1)[0]),
+                "slope_late_us_per_key": float(np.polyfit(wm[half:], wt[half:], 1)[0]),
+                "first_window_us": float(wt[0]), "last_window_us": float(wt[-1]),
+            }
     return result
 
 
 def breakdown(model, prompt, new: int, repeats: int) -> dict:
-    """Per-token microseconds (medians of interleaved rounds) of: generate() end to end,
-    the lean step alone, the GEMMs of the lean step alone, the module step alone."""
+    """Per-token microseconds (medians of interleaved rounds; wall and CPU) of: generate()
+    end to end, the lean step alone, the GEMMs of the lean step alone, the module step alone."""
     from glassllm.autograd import no_grad
     from glassllm.fastdecode import FastDecoder
 
@@ -229,37 +230,39 @@ def breakdown(model, prompt, new: int, repeats: int) -> dict:
     mats = [w for layer in lean.layers for w in layer] + [lean.out]          # the lean step's matrices
     x_in = {w.shape[0]: np.ones((1, w.shape[0]), dtype=np.float32) for w in mats}
 
-    def steps(fn):
+    def timed(fn):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) / new, (time.process_time() - c0) / new
+
+    def steps(forward):
         cache = model.new_cache(1)
         with no_grad():
-            fn(prompt_ids, cache)
-            t0 = time.perf_counter()
-            for _ in range(new):
-                fn(tok, cache)
-        return (time.perf_counter() - t0) / new
+            forward(prompt_ids, cache)
+
+            def loop():
+                for _ in range(new):
+                    forward(tok, cache)
+            return timed(loop)
 
     def gemms():
-        t0 = time.perf_counter()
         for _ in range(new):
             for w in mats:
                 x_in[w.shape[0]] @ w
-        return (time.perf_counter() - t0) / new
-
-    def api():
-        t0 = time.perf_counter()
-        glassllm_run(model, prompt, new, temperature=0)
-        return (time.perf_counter() - t0) / new
 
     parts = {"api": [], "lean_step": [], "lean_gemm": [], "module_step": []}
     for _ in range(repeats):
-        parts["api"].append(api())
+        parts["api"].append(timed(lambda: glassllm_run(model, prompt, new, temperature=0)))
         parts["lean_step"].append(steps(lean))
-        parts["lean_gemm"].append(gemms())
+        parts["lean_gemm"].append(timed(gemms))
         parts["module_step"].append(steps(lambda t, c: model(t, c)))
-    us = {k + "_us": statistics.median(v) * 1e6 for k, v in parts.items()}
-    us["lean_other_numpy_us"] = us["lean_step_us"] - us["lean_gemm_us"]
-    us["api_overhead_us"] = us["api_us"] - us["lean_step_us"]
-    return us
+    out = {}
+    for clock, j in (("wall", 0), ("cpu", 1)):
+        us = {k + "_us": statistics.median(v[j] for v in vals) * 1e6 for k, vals in parts.items()}
+        us["lean_other_numpy_us"] = us["lean_step_us"] - us["lean_gemm_us"]
+        us["api_overhead_us"] = us["api_us"] - us["lean_step_us"]
+        out[clock] = us
+    return out
 
 
 def main(argv=None) -> int:
@@ -323,17 +326,20 @@ def main(argv=None) -> int:
             "torch": lambda new, stamps: twin.greedy(prompt, new, stamps),
         }, args.prompt_len, ctx, args.growth_repeats)
         for name, g in grow.items():
-            f = g["linear_fit_us"]
-            print(f"  {name:16s} {g['first_window_us']:6.0f} us at m~{g['m'][0]:.0f} -> {g['last_window_us']:6.0f} us "
-                  f"at m~{g['m'][-1]:.0f};  fit {f['a']:.0f} + {f['b_per_key']:.3f}*m us (R^2 {f['r2']:.2f});  "
-                  f"slope early {g['slope_early_us_per_key']:.3f} vs late {g['slope_late_us_per_key']:.3f} us/key")
+            for clock in ("wall", "cpu"):
+                c, f = g[clock], g[clock]["linear_fit_us"]
+                print(f"  {name:16s} {clock:4s} {c['first_window_us']:6.0f} us at m~{g['m'][0]:.0f} -> "
+                      f"{c['last_window_us']:6.0f} us at m~{g['m'][-1]:.0f};  fit {f['a']:.0f} + "
+                      f"{f['b_per_key']:.3f}*m us (R^2 {f['r2']:.2f});  slope early "
+                      f"{c['slope_early_us_per_key']:.3f} vs late {c['slope_late_us_per_key']:.3f} us/key")
 
         parts = breakdown(model, prompt, args.new, args.repeats)
     print("\nwhere a glassllm token's time goes (us per token, medians of interleaved rounds):")
-    print(f"  generate() {parts['api_us']:.0f} = lean step {parts['lean_step_us']:.0f} "
-          f"(GEMMs {parts['lean_gemm_us']:.0f} + other NumPy ops and Python {parts['lean_other_numpy_us']:.0f}) "
-          f"+ the API's own work {parts['api_overhead_us']:.0f} (prob softmax, records);  "
-          f"module step {parts['module_step_us']:.0f}")
+    for clock, us in parts.items():
+        print(f"  {clock:4s} generate() {us['api_us']:5.0f} = lean step {us['lean_step_us']:5.0f} "
+              f"(GEMMs {us['lean_gemm_us']:4.0f} + other NumPy ops and Python {us['lean_other_numpy_us']:4.0f}) "
+              f"+ the API's own work {us['api_overhead_us']:4.0f} (prob softmax, records);  "
+              f"module step {us['module_step_us']:5.0f}")
 
     report = {
         "benchmark": "decode",
