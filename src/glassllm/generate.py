@@ -257,7 +257,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for b, row in enumerate(ids):
         tokens[b, pad[b]:] = row
     cache = model.new_cache(B, pad=pad if pad.any() else None)
-    lean = None if fast is False else FastDecoder(model)
+    lean = None                                                          # built on first use
     eot = _eot_id(tokenizer)
     utf8 = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(B)]
     texts = [""] * B
@@ -266,7 +266,8 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        if lean is not None and model._tracer is None:
+        if fast is not False and model._tracer is None:
+            lean = lean or FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position
         else:
             with no_grad():
