@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("GLASSLLM_CHROMIUM", "/usr/bin/chromium")   # Debian's package
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -257,6 +257,15 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
     page.keyboard.press("End")
     page.evaluate("() => document.activeElement.blur()")
     hover(page, n - 1, n // 3)
+
+
+def test_a_missing_browser_skips_unless_ci_requires_it(monkeypatch):
+    monkeypatch.delenv("GLASSLLM_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="Chromium is not installed"):
+        _unavailable("Chromium is not installed at /nowhere")
+    monkeypatch.setenv("GLASSLLM_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="GLASSLLM_REQUIRE_BROWSER=1 but"):
+        _unavailable("Chromium is not installed at /nowhere")
 
 
 def test_live_server(browser, server, parts):

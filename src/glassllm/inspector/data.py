@@ -31,6 +31,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..sampling import sampling_distribution
+from ..trace import registry
 from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest
 
 __all__ = ["Inspector", "encode_array"]
@@ -95,7 +96,7 @@ class Inspector:
         self.config = model.config
         self.limits = (limits or Limits()).fit(model.config.max_seq_len)
         self.meta = dict(meta or {})
-        self.axes = model.snapshot_axes()                       # full name -> axis letters
+        self.axes = registry(model)                             # full name -> axis letters, forward order
         self._lock = threading.Lock()
         self._runs: OrderedDict = OrderedDict()
         self._steps: OrderedDict = OrderedDict()

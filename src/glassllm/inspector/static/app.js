@@ -251,9 +251,11 @@
     await busy(async () => {
       try {
         const t = await ask("tokens", {prompt: text});
+        if (text !== state.prompt) state.target = null;
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
         state.finished = null;
-        $("prompt-note").textContent = `${t.ids.length} tokens`;
+        $("prompt-note").textContent = `${t.ids.length} tokens` + (state.mode === "export"
+          ? " · this offline page holds one prompt; run `glassllm inspect` to try others" : "");
         $("prompt-note").classList.remove("error");
       } catch (e) {
         $("prompt-note").textContent = e.message;
@@ -903,7 +905,6 @@
     if (embedded) {
       $("prompt").readOnly = true;
       $("run").disabled = true;
-      $("prompt-note").textContent = "This offline page holds one prompt; run `glassllm inspect` to try others.";
     }
     state.layer = 0; state.name = "attn.softmax"; state.head = 0;
     syncControls();
