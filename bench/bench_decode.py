@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # conftest.randomize: trained-like random weights
+sys.path.insert(0, str(ROOT / "tests"))  # glassllm_testing.randomize: trained-like random weights
 
 
 # ----------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def load(seed: int):
     if bundled_model_path().exists():
         model, _, _ = load_model(bundled_model_path(), dtype=np.float32)
         return model, "bundled"
-    from conftest import randomize
+    from glassllm_testing import randomize
     model = randomize(Transformer(seed=seed, dtype=np.float32), np.random.default_rng(seed + 1))
     return model, "random (trained-like scale)"
 

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, TINY, TeachingTracer
+from glassllm_testing import CONFIGS, TINY, TeachingTracer
 from glassllm import nn
 from glassllm.autograd import no_grad
 from glassllm.config import ModelConfig

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY, randomize
+from glassllm_testing import TINY, randomize
 from glassllm import autograd as ag
 from glassllm import trace as tr
 from glassllm.config import ModelConfig
