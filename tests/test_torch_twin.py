@@ -92,7 +92,7 @@ def test_logits_and_gradients_match_glassllm():
     loss.backward()
     tloss = twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets))
     tloss.backward()
-    assert abs(float(tloss) - float(loss.data)) < 1e-10
+    assert abs(tloss.item() - float(loss.data)) < 1e-10
     for name, p in twin.named_parameters():
         g = dict(glass.named_parameters())[name].grad
         np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-8, atol=1e-11, err_msg=name)

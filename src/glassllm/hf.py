@@ -79,7 +79,7 @@ from .config import ModelConfig
 
 __all__ = [
     "interleaved_to_halves", "halves_to_interleaved", "hf_config", "config_from_hf",
-    "to_hf_state", "from_hf_state", "tokenizer_from_hf", "export_hf", "import_hf",
+    "to_hf_state", "from_hf_state", "tokenizer_from_hf", "export_hf", "import_hf", "load_hf",
     "read_safetensors_dir", "add_cli",
 ]
 
@@ -444,6 +444,9 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
         if not t.get("special", False):
             raise _bad(where, f"added_tokens[{t.get('content')!r}].special", False,
                        "true (glassllm has special tokens only)")
+        for key in ("lstrip", "rstrip", "single_word", "normalized"):
+            if t.get(key, False):  # these change which text matches the token
+                raise _bad(where, f"added_tokens[{t.get('content')!r}].{key}", t[key], "false")
 
     # Byte-level spelling -> bytes.
     char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
