@@ -245,12 +245,15 @@
   }
 
   // ------------------------------------------------------------------ prompt and tokens
+  let promptSeq = 0;
   async function runPrompt() {
     const text = $("prompt").value;
+    const seq = ++promptSeq;
     state.error = null;
     await busy(async () => {
       try {
         const t = await ask("tokens", {prompt: text});
+        if (seq !== promptSeq) return;                      // a newer prompt was submitted
         if (text !== state.prompt) state.target = null;
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
         state.finished = null;
@@ -258,6 +261,7 @@
           ? " · this offline page holds one prompt; run `glassllm inspect` to try others" : "");
         $("prompt-note").classList.remove("error");
       } catch (e) {
+        if (seq !== promptSeq) return;
         $("prompt-note").textContent = e.message;
         $("prompt-note").classList.add("error");
         return;
@@ -675,14 +679,20 @@
     return idx.slice(0, k);
   }
 
+  function nextBody() {
+    const body = {prompt: state.prompt};
+    if (state.step) body.step = state.step;
+    if (state.intervention && !state.step) body.intervention = state.intervention;
+    return body;
+  }
+
   async function loadNext() {
     if (!state.prompt) return;
     await busy(async () => {
-      const body = {prompt: state.prompt};
-      if (state.step) body.step = state.step;
-      if (state.intervention && !state.step) body.intervention = state.intervention;
+      const body = nextBody();
       try {
         const r = await ask("next", body);
+        if (requestKey("next", nextBody()) !== requestKey("next", body)) return;   // superseded
         nextData = {raw: r, logits: Float64Array.from(decode(r.logits)),
                     after: r.after ? Float64Array.from(decode(r.after.logits)) : null};
         state.finished = r.finished;
