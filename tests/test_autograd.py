@@ -184,6 +184,10 @@ CASES = [
          _n((2, 3, 3, 2), (2, 1, 5, 2), (2, 1, 5, 2))),
     Case("attention_nomask", lambda q, k, v: ag.attention(q, k, v, None, 0.3),
          lambda T, q, k, v: _t_attention(T, q, k, v, None, 0.3), _n((1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4))),
+    Case("swiglu", ag.swiglu, lambda T, a: _F(T).silu(a[..., :3]) * a[..., 3:],
+         lambda rng: [rng.standard_normal((2, 3, 6)) * 3]),
+    Case("linear_stacked", lambda x, a, b: ag.linear(x, (a, b)),
+         lambda T, x, a, b: _F(T).linear(x, T.cat([a, b])), _n((2, 3, 4), (5, 4), (2, 4))),
 ]
 
 # Every primitive the module exports must appear in the table (softmax_np is
@@ -191,7 +195,7 @@ CASES = [
 _COVERED_BY = {"add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp", "log", "sqrt",
                "rsqrt", "sigmoid", "silu", "softmax", "log_softmax", "cross_entropy", "reshape", "transpose",
                "getitem", "embedding", "concatenate", "split", "repeat_interleave", "masked_fill", "where",
-               "linear", "rms_norm", "rope", "attention"}
+               "linear", "rms_norm", "rope", "attention", "swiglu"}
 
 
 def test_table_covers_every_primitive():

@@ -30,13 +30,18 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .heap import keep_freed_memory
+
+# Freed activations stay in the process for the next step (see glassllm.heap).
+keep_freed_memory()
+
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "softmax_np",
     "add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
     "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
     "concatenate", "split", "repeat_interleave", "masked_fill", "where",
-    "linear", "rms_norm", "rope", "attention",
+    "linear", "rms_norm", "rope", "attention", "swiglu",
 ]
 
 
@@ -412,18 +417,17 @@ def sigmoid(a) -> Tensor:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # sigmoid(x) = exp(min(x, 0)) / (1 + exp(-|x|)): the numerator is e^x for
-    # x < 0 and 1 otherwise, so neither exp overflows and nothing cancels --
-    # full relative precision in both tails. ((1 + tanh(x/2)) / 2 is faster
-    # but rounds sigmoid(-40) to 0 and loses float32 digits from x < -5 on.)
-    num = np.minimum(x, 0.0)
-    np.exp(num, out=num)
-    den = np.abs(x)
-    np.negative(den, out=den)
-    np.exp(den, out=den)
-    den += 1.0
-    num /= den
-    return num
+    # sigmoid(x) = 1 / (1 + exp(-x)), in place on one new array (four passes). exp(-x)
+    # overflows to inf only where sigmoid(x) is below the smallest normal float
+    # (x < -87 in float32, -708 in float64), and 1/inf = 0 there; everywhere else
+    # every step is correctly rounded, so both tails keep full relative precision
+    # ((1 + tanh(x/2)) / 2 would round sigmoid(-40) to 0).
+    s = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)
+    return s
 
 
 def silu(a) -> Tensor:
@@ -461,7 +465,14 @@ def linear(x, weight) -> Tensor:
     """``x @ weight.T`` over the last axis, as one 2-D GEMM: (..., in) -> (..., out).
 
     ``weight`` has PyTorch's layout (out, in), so LLaMA checkpoints map key for key.
+    It may also be a tuple of such matrices with the same ``in``: they act as one
+    matrix stacked along ``out`` -- one GEMM instead of several small ones, the
+    outputs side by side -- and each gets its own block of the gradient::
+
+        linear(x, (wq, wk, wv))  ==  concatenate([linear(x, wq), linear(x, wk), linear(x, wv)], -1)
     """
+    if isinstance(weight, (tuple, list)):
+        return _linear_stacked(x, weight)
     x, weight = _pair(x, weight)
     lead = x.shape[:-1]
     x2 = x.data.reshape(-1, x.shape[-1])                                # (N, in)
@@ -473,6 +484,27 @@ def linear(x, weight) -> Tensor:
         gw = g2.T @ x2 if _need(weight) else None                       # (out, in)
         return gx, gw
     return _make(out, (x, weight), backward)
+
+
+def _linear_stacked(x, weights) -> Tensor:
+    """:func:`linear` with a tuple of weights (out_i, in), stacked along out."""
+    x = _as_tensor(x)
+    weights = tuple(_as_tensor(w, x) for w in weights)
+    if not weights or any(w.ndim != 2 or w.shape[1] != x.shape[-1] for w in weights):
+        shapes = [w.shape for w in weights]
+        raise ValueError(f"linear: weights {shapes} must be matrices (out, {x.shape[-1]}) for input shape {x.shape}")
+    sizes = [w.shape[0] for w in weights]
+    bounds = np.cumsum(sizes)[:-1]
+    w = np.concatenate([t.data for t in weights])                       # (sum out, in)
+    x2 = x.data.reshape(-1, x.shape[-1])                                # (N, in)
+    out = (x2 @ w.T).reshape(*x.shape[:-1], w.shape[0])                 # (..., sum out)
+
+    def backward(g):
+        g2 = g.reshape(-1, w.shape[0])                                  # (N, sum out)
+        gx = (g2 @ w).reshape(x.shape) if _need(x) else None            # (..., in)
+        gw = np.split(g2.T @ x2, bounds) if any(_need(t) for t in weights) else [None] * len(weights)
+        return (gx, *(gi if _need(t) else None for gi, t in zip(gw, weights)))  # (out_i, in) each
+    return _make(out, (x, *weights), backward)
 
 
 def _norm_axis(axis, ndim):
@@ -553,17 +585,22 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
         raise ValueError(f"target id {bad} is out of range [0, {V})")
     count = max(int(keep.sum()), 1)
     rows = np.nonzero(keep)[0]
-    peak = z.max(axis=1, keepdims=True)
-    e = np.exp(z - peak)
-    total = e.sum(axis=1, keepdims=True)
+    peak = z.max(axis=1, keepdims=True)                                 # (N, 1)
+    e = z - peak
+    np.exp(e, out=e)                                                    # (N, V)
+    total = e.sum(axis=1, keepdims=True)                                # (N, 1)
     lse = np.log(total) + peak                                          # (N, 1)
     loss = (lse[rows, 0] - z[rows, t[rows]]).sum() / count
 
     def backward(g):
-        grad = e / total                                                # softmax, (N, V)
-        grad[rows, t[rows]] -= 1.0
-        grad[~keep] = 0.0
-        grad *= g / count
+        # The exponentials become the gradient in place (a graph is walked once):
+        # g/count * softmax, minus g/count at each target.
+        step = np.asarray(g, dtype=e.dtype) / count
+        grad = e
+        grad *= step / total                                            # (N, V)
+        grad[rows, t[rows]] -= step
+        if rows.size < len(t):
+            grad[~keep] = 0.0
         return (grad.reshape(logits.shape),)
     return _make(np.asarray(loss, dtype=logits.dtype), (logits,), backward)
 
@@ -616,9 +653,13 @@ def embedding(weight, ids) -> Tensor:
     flat = ids.reshape(-1)
 
     def backward(g):
-        grad = np.zeros_like(weight.data)
-        np.add.at(grad, flat, g.reshape(-1, weight.shape[1]))
-        return (grad,)
+        # Repeated ids accumulate. np.add.at over flat (row * C + column) indices
+        # runs NumPy's fast 1-D path, a few times quicker than over rows.
+        V, C = weight.shape
+        grad = np.zeros(V * C, dtype=weight.dtype)
+        cells = (flat[:, None] * C + np.arange(C)).reshape(-1)          # (N*C,)
+        np.add.at(grad, cells, g.reshape(-1))
+        return (grad.reshape(V, C),)
     return _make(weight.data[ids], (weight,), backward)
 
 
@@ -700,44 +741,92 @@ def rms_norm(x, weight, eps: float) -> Tensor:
 
     Backward, with r = 1/sqrt(mean(x^2)+eps), xhat = x r and u = g * weight:
     dx = r (u - xhat * mean(u * xhat)),  dweight = sum over rows of g * xhat.
+    Row sums of products are ``einsum`` contractions: one pass, no temporary.
     """
     x, weight = _pair(x, weight)
-    r = 1.0 / np.sqrt(np.mean(x.data * x.data, axis=-1, keepdims=True) + eps)  # (..., 1)
-    xhat = x.data * r
-    out = xhat * weight.data
+    C = x.shape[-1]
+    ms = np.einsum("...i,...i->...", x.data, x.data)[..., None]         # (..., 1) sum of squares
+    ms /= C
+    ms += eps
+    r = np.sqrt(ms, out=ms)
+    np.reciprocal(r, out=r)                                             # (..., 1)
+    xhat = x.data * r                                                   # (..., C)
+    out = xhat * weight.data                                            # (..., C)
 
     def backward(g):
         gx = gw = None
         if _need(x):
-            u = g * weight.data
-            gx = r * (u - xhat * np.mean(u * xhat, axis=-1, keepdims=True))
+            u = g * weight.data                                         # (..., C)
+            dot = np.einsum("...i,...i->...", u, xhat)[..., None]       # (..., 1)
+            dot /= C
+            gx = xhat * dot
+            np.subtract(u, gx, out=gx)
+            gx *= r                                                     # (..., C)
         if _need(weight):
-            gw = (g * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
+            gw = np.einsum("ij,ij->j", g.reshape(-1, C), xhat.reshape(-1, C))  # (C,)
         return gx, gw
     return _make(out, (x, weight), backward)
+
+
+def rope_table(cos, sin, heads: int | None = None, dtype=np.float32) -> np.ndarray:
+    """The rotations of RoPE as unit complex numbers ``cos + i sin``, for :func:`rotate`.
+
+    cos, sin: (n, D/2), or (B, 1, n, D/2) when each row has its own positions.
+    With ``heads=None`` the table keeps that shape (it broadcasts against
+    x (..., n, D) seen as (..., n, D/2) complex numbers). With ``heads`` it is
+    laid out for x (B, n, heads, D) -- (n, heads, D/2), or (B, n, heads, D/2) --
+    and written out per head, so NumPy multiplies along one long contiguous run
+    instead of one run of D/2 per head.
+    """
+    cos, sin = np.asarray(cos), np.asarray(sin)
+    cdt = np.result_type(dtype, np.complex64)
+    if heads is not None:
+        if cos.ndim == 2:
+            cos, sin = cos[:, None, :], sin[:, None, :]                 # (n, 1, D/2)
+        else:
+            cos, sin = cos[:, 0, :, None, :], sin[:, 0, :, None, :]     # (B, n, 1, D/2)
+        shape = cos.shape[:-2] + (heads, cos.shape[-1])
+    else:
+        shape = np.broadcast_shapes(cos.shape, sin.shape)
+    z = np.empty(shape, dtype=cdt)
+    z.real, z.imag = cos, sin
+    return z
+
+
+def rotate(x: np.ndarray, z: np.ndarray, out: np.ndarray | None = None, inverse: bool = False) -> np.ndarray:
+    """Turn each interleaved pair (x[2i], x[2i+1]) by the unit complex number z (plain NumPy).
+
+    A pair read as the complex number x[2i] + i x[2i+1], times z = cos + i sin,
+    is (x0 cos - x1 sin) + i (x0 sin + x1 cos): exactly RoPE's rotation, in one
+    complex multiply on a view of the same memory. ``inverse`` turns by the
+    opposite angle (times conj z), which is also the rotation's backward.
+    x (..., D) float with D even; z broadcastable to (..., D/2); ``out`` like x.
+    """
+    if x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    cdt = np.result_type(x.dtype, np.complex64)
+    np.multiply(x.view(cdt), np.conjugate(z) if inverse else z, out=out.view(cdt))
+    return out
 
 
 def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
     """Rotate interleaved pairs (x[2i], x[2i+1]) of the last axis by angles with the given cos/sin.
 
     x (..., n, D); cos, sin broadcastable to (..., n, D/2). A rotation is
-    orthogonal, so the backward is the rotation by the opposite angle.
+    orthogonal, so the backward is the rotation by the opposite angle
+    (see :func:`rotate`).
     """
     x = _as_tensor(x)
-    pairs = x.data.reshape(*x.shape[:-1], -1, 2)                       # (..., n, D/2, 2)
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    out = np.empty_like(pairs)
-    out[..., 0] = x0 * cos - x1 * sin
-    out[..., 1] = x0 * sin + x1 * cos
+    if x.ndim < 1 or x.shape[-1] % 2:
+        raise ValueError(f"rope needs an even last axis (pairs of features), got shape {x.shape}")
+    z = rope_table(cos, sin, None, x.dtype)                             # (..., n, D/2) complex
+    out = rotate(x.data, z)                                             # (..., n, D)
 
     def backward(g):
-        gp = g.reshape(pairs.shape)
-        g0, g1 = gp[..., 0], gp[..., 1]
-        gx = np.empty_like(gp)
-        gx[..., 0] = g0 * cos + g1 * sin
-        gx[..., 1] = g1 * cos - g0 * sin
-        return (gx.reshape(x.shape),)
-    return _make(out.reshape(x.shape), (x,), backward)
+        return (rotate(g, z, inverse=True),)
+    return _make(out, (x,), backward)
 
 
 def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
@@ -774,3 +863,34 @@ def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
         gk = ds.swapaxes(-1, -2) @ qg if _need(k) else None             # (B, G, m, D)
         return gq, gk, gv
     return _make(out.reshape(B, H, n, D), (q, k, v), backward)
+
+
+def swiglu(a) -> Tensor:
+    """SwiGLU's gating, ``silu(gate) * up``, for ``a = [gate | up]`` along the last axis: (..., 2F) -> (..., F).
+
+    The teaching path spells this out as ``silu`` then ``mul`` on two tensors;
+    fused, its input is one GEMM's output (``linear(x, (w1, w3))``) and its
+    gradient goes back as one array for one GEMM. With s = sigmoid(gate) and
+    act = gate s (so silu'(gate) = s + gate s (1 - s) = s (1 + gate - act))::
+
+        d up = g act,    d gate = g up s (1 + gate - act)
+    """
+    a = _as_tensor(a)
+    if a.ndim < 1 or a.shape[-1] % 2:
+        raise ValueError(f"swiglu needs a last axis of even size [gate | up], got shape {a.shape}")
+    F = a.shape[-1] // 2
+    gate, up = a.data[..., :F], a.data[..., F:]                         # (..., F) views
+    s = _sigmoid(gate)                                                  # (..., F)
+    act = gate * s                                                      # (..., F)
+
+    def backward(g):
+        da = np.empty(a.shape, dtype=a.dtype)                           # (..., 2F)
+        dgate, dup = da[..., :F], da[..., F:]
+        np.multiply(g, act, out=dup)
+        np.subtract(gate, act, out=dgate)
+        dgate += 1.0
+        dgate *= s
+        dgate *= up
+        dgate *= g
+        return (da,)
+    return _make(act * up, (a,), backward)

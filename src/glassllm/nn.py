@@ -50,7 +50,7 @@ import numpy as np
 from . import autograd as ag
 from .autograd import Tensor
 from .config import ModelConfig
-from .flash import flash_attention
+from .flash import flash_attention, self_attention
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
@@ -280,6 +280,7 @@ class Attention(Module):
         "scores": ("H", "n", "m"), "mask": ("n", "m"), "softmax": ("H", "n", "m"),
         "mix": ("H", "n", "D"), "out": ("n", "C"),
     }
+    INNER = tuple(name for name in SNAPSHOTS if name != "out")  # what the packed path cannot show
 
     def __init__(self, config: ModelConfig, rng: np.random.Generator, layer: int, dtype=np.float32):
         super().__init__()
@@ -296,10 +297,22 @@ class Attention(Module):
                  cache: "KVCache | None" = None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
         """x (B, n, C) already normalised; rope = (cos, sin) for the n new positions;
         mask (B, n, m) bool, True = forbidden -- the causal mask plus, when ``pad``
-        (B,) is given, the left-padding keys of each row. Returns (B, n, C)."""
+        (B,) is given, the left-padding keys of each row -- or None for a block with
+        no cache (it is made here if a tracer turns the packed path off). Returns (B, n, C)."""
         B, n, _ = x.shape
         H, G, D = self.n_heads, self.n_kv_heads, self.head_dim
         m = start + n
+
+        if cache is None and n >= FLASH_MIN_QUERIES and not self.tracing(*self.INNER):
+            # Packed path (training, scoring, a long prompt without a cache) when no
+            # tracer looks inside: steps 1-9 as two ops -- one GEMM for wq|wk|wv, then
+            # RoPE and tiled attention together, the heads coming out side by side.
+            qkv = ag.linear(x, (self.wq.weight, self.wk.weight, self.wv.weight))  # (B, n, (H+2G)*D)
+            heads = self_attention(qkv, H, G, rope[0], rope[1], pad)             # (B, n, H*D)
+            return self.snap("out", self.wo(heads))                              # (B, n, C)
+
+        if mask is None:  # the model skipped it, expecting the packed path
+            mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))  # (B, n, m)
 
         # 1. Project X to queries, keys and values (no biases).
         q = self.wq(x).reshape(B, n, H, D).transpose(0, 2, 1, 3)        # (B, H, n, D)
@@ -369,6 +382,10 @@ class FeedForward(Module):
         self.w3 = Linear(c.dim, c.ffn_dim, rng, dtype=dtype)
 
     def __call__(self, x: Tensor) -> Tensor:
+        if not self.tracing("gate", "up", "act", "prod"):
+            # Fused path when no tracer looks inside: w1|w3 as one GEMM, the gating as one op.
+            gate_up = ag.linear(x, (self.w1.weight, self.w3.weight))     # (B, n, 2F)
+            return self.snap("out", self.w2(ag.swiglu(gate_up)))         # (B, n, C)
         gate = self.snap("gate", self.w1(x))                             # (B, n, F)
         up = self.snap("up", self.w3(x))                                 # (B, n, F)
         act = self.snap("act", ag.silu(gate))                            # (B, n, F)
@@ -558,7 +575,10 @@ class Transformer(Module):
             self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens)
 
         # Positions and the mask: causal, plus left padding when rows differ in length.
-        mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))       # (B, n, m)
+        # A long block without a cache or tracer takes the packed attention path, which
+        # describes the mask instead of storing it; there no (n, m) array is made.
+        packed = cache is None and n >= FLASH_MIN_QUERIES and self._tracer is None
+        mask = None if packed else np.broadcast_to(causal_mask(n, m, start), (B, n, m))  # (B, n, m)
         if pad is None:
             cos, sin = self.rotary.tables(np.arange(start, m))             # (n, D/2)
         else:
