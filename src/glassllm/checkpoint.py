@@ -21,7 +21,9 @@ process killed mid-save -- sees either the old file or the new one, never half.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ import numpy as np
 from .config import ModelConfig
 
 __all__ = [
-    "FORMAT", "VERSION", "atomic_write", "atomic_path", "save_model", "load_model",
+    "FORMAT", "VERSION", "atomic_write", "atomic_path", "make_folder", "save_model", "load_model",
     "read_header", "bundled_model_path", "load_bundled",
 ]
 
@@ -40,11 +42,16 @@ FORMAT = "glassllm-model"
 VERSION = "1"
 _DTYPES = {"F32": np.float32, "F64": np.float64}
 MAX_HEADER_BYTES = 16 << 20  # a model header is a few KB; refuse anything absurd
+MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (see _check_tables)
 
 
 @contextmanager
 def atomic_path(path):
     """Yield a temporary path next to ``path``; on success rename it over ``path``.
+
+    If the block fails, the temporary file is removed and ``path`` is left as
+    it was; an ``OSError`` (a full disk, say) becomes one ``ValueError`` line
+    naming ``path``.
 
     >>> with atomic_path("out.bin") as tmp:   # doctest: +SKIP
     ...     np.save(tmp, array)
@@ -53,9 +60,11 @@ def atomic_path(path):
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} is not writable")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        # The OS decides what is writable (os.access would not see a read-only file system as root).
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
     try:
@@ -64,12 +73,36 @@ def atomic_path(path):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(folder)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):  # a full disk, a quota, a file size limit: one line, the target kept
+            raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
         raise
+
+
+def make_folder(path) -> Path:
+    """Create the folder ``path`` and its parents if needed; a ``ValueError`` line if the OS refuses."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"cannot create folder {str(path)!r}: a file of that name is in the way") from None
+    except OSError as e:
+        parent = next((p for p in path.parents if p.exists()), Path("."))
+        raise ValueError(f"cannot create folder {str(path)!r}: {_why(e, parent)}") from None
+    return path
+
+
+def _why(e: OSError, folder: Path) -> str:
+    """The reason an OSError gives, in words: a refused folder is named as not writable."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"folder {str(folder)!r} is not writable"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"no room: the disk is full or a size limit was reached ({e.strerror})"
+    return e.strerror or str(e)
 
 
 def _umask() -> int:
@@ -144,11 +177,12 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
             raise ValueError(f"{str(path)!r} is not a glassllm model file: only {size} bytes long")
         n = int.from_bytes(head, "little")
         if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a glassllm model file: bad safetensors header length {n}")
+            raise ValueError(f"{str(path)!r} is not a glassllm model file: "
+                             f"{_looks_like(head) or f'bad safetensors header length {n}'}")
         raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not JSON") from None
     if not isinstance(header, dict):
         raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not a JSON object")
@@ -168,7 +202,24 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
         lo, hi = info["data_offsets"]
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
             raise ValueError(f"{str(path)!r}: tensor {name!r} points outside the file (truncated?)")
+        dtype = info.get("dtype")
+        if not (isinstance(dtype, str) and dtype in _DTYPES):
+            raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r:.40}, expected F32 or F64")
+        if hi - lo != np.dtype(_DTYPES[dtype]).itemsize * math.prod(info["shape"]):
+            raise ValueError(f"{str(path)!r}: tensor {name!r} claims shape {tuple(info['shape'])} "
+                             f"but holds {hi - lo} bytes")
     return header, meta
+
+
+def _looks_like(head: bytes) -> str:
+    """What a file that is not safetensors seems to be, from its first bytes ('' if unknown)."""
+    if head[:1] == b"\x80":
+        return "it is a Python pickle (a PyTorch .bin/.pt?), which glassllm never loads"
+    if head[:2] == b"PK":
+        return "it is a zip archive (a PyTorch checkpoint or a trace file?), not safetensors"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "it is JSON text (a tokenizer or config file?), not safetensors"
+    return ""
 
 
 def load_model(path, dtype=None):
@@ -179,6 +230,7 @@ def load_model(path, dtype=None):
     """
     from safetensors import safe_open
 
+    from .hf import _param_shapes
     from .nn import Transformer
     from .tokenizer import Tokenizer
 
@@ -196,20 +248,20 @@ def load_model(path, dtype=None):
         raise ValueError(f"{name!r}: tokenizer has {tokenizer.vocab_size} ids but the config says "
                          f"vocab_size={config.vocab_size}")
 
-    skeleton = Transformer(config, seed=0)  # cheap at these sizes; gives names and shapes
-    expected = {k: v.shape for k, v in skeleton.named_parameters()}
+    # Shapes come from the config by arithmetic: nothing is allocated until every
+    # tensor in the header matches them, so the weights are at most the file's size.
+    expected = _param_shapes(config)
     stored_dtypes = set()
     for key, info in header.items():
         if key not in expected:
             raise ValueError(f"{name!r}: unexpected tensor {key!r}")
         if tuple(info["shape"]) != expected[key]:
             raise ValueError(f"{name!r}: tensor {key!r} has shape {tuple(info['shape'])}, expected {expected[key]}")
-        if info.get("dtype") not in _DTYPES:
-            raise ValueError(f"{name!r}: tensor {key!r} has dtype {info.get('dtype')!r}, expected F32 or F64")
-        stored_dtypes.add(info["dtype"])
+        stored_dtypes.add(info["dtype"])                                # checked by read_header
     missing = sorted(set(expected) - set(header))
     if missing:
         raise ValueError(f"{name!r}: missing tensor {missing[0]!r}")
+    _check_tables(config, path, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
     state = {}
@@ -225,6 +277,21 @@ def load_model(path, dtype=None):
     except ValueError as e:
         raise ValueError(f"{name!r}: {e}") from None
     return model, tokenizer, meta
+
+
+def _check_tables(config: ModelConfig, path, name: str) -> None:
+    """Refuse a config whose position tables would dwarf the weights the file holds.
+
+    The rotary cos/sin tables (and a KV cache) grow with ``max_seq_len``, which
+    costs no bytes in the file: a crafted config could ask for billions of
+    positions. Their size may not exceed the file's size or 64 MiB, whichever is larger.
+    """
+    table = config.max_seq_len * config.head_dim * 16                  # cos, sin: float64 + a cast copy
+    budget = max(Path(path).stat().st_size, MAX_TABLE_BYTES)
+    if table > budget:
+        raise ValueError(f"{name!r}: max_seq_len={config.max_seq_len} needs {table / 2**20:.0f} MiB of "
+                         f"position tables, more than this file's weights justify "
+                         f"(at most {budget // (config.head_dim * 16)} positions)")
 
 
 def bundled_model_path() -> Path:

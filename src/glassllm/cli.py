@@ -4,9 +4,9 @@ Each subcommand lives with the code it drives: a module listed in
 ``COMMANDS`` provides ``add_cli(name, parser)``, which adds its options and
 sets ``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code.
 
-Bad input never shows a traceback: a ``ValueError``/``TypeError`` (or a
-missing file) becomes one line on stderr and exit code 2, as argparse does
-for bad options.
+Bad input never shows a traceback: a ``ValueError``/``TypeError`` (or an
+``OSError``: a missing file, a folder that cannot be written) becomes one line
+on stderr and exit code 2, as argparse does for bad options.
 """
 
 from __future__ import annotations
@@ -56,14 +56,21 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
-        print(f"glassllm {args.command}: error: {e}", file=sys.stderr)
+    except BrokenPipeError:
+        return 0
+    except (ValueError, TypeError, OSError) as e:
+        print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"glassllm {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+
+
+def _one_line(e: Exception) -> str:
+    """The error as one line: an OSError names its file and the system's reason."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename!r}: {e.strerror}" if e.filename else e.strerror
+    return " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
 
 
 if __name__ == "__main__":

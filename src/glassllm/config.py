@@ -31,6 +31,14 @@ def _llama_ffn_dim(dim: int, multiple_of: int = 32) -> int:
     return multiple_of * math.ceil(hidden / multiple_of)
 
 
+def _finite(x) -> bool:
+    """Is the number ``x`` a finite float? (An int too large for a float is not.)"""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Hyperparameters of a glassllm decoder.
@@ -58,8 +66,9 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be >= 1, got {value}")
         for name in ("norm_eps", "rope_theta"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be a finite number > 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
+                shown = f"an int of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
+                raise ValueError(f"ModelConfig.{name} must be a finite number > 0, got {shown:.60}")
         if self.dim % self.n_heads:
             raise ValueError(f"ModelConfig.dim={self.dim} is not divisible by n_heads={self.n_heads}")
         if self.n_heads % self.n_kv_heads:
@@ -102,6 +111,8 @@ class ModelConfig:
             d = json.loads(s)
         except json.JSONDecodeError as e:
             raise ValueError(f"model config is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ValueError("model config is not valid JSON: nested too deeply") from None
         return cls.from_dict(d)
 
     @staticmethod

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_path
+from .checkpoint import atomic_path, make_folder
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
@@ -120,8 +120,7 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
     if tokenizer.vocab_size > 65536:
         raise ValueError(f"vocabulary of {tokenizer.vocab_size} ids does not fit the uint16 token cache")
     hashes = file_hashes if file_hashes is not None else text_sha256s(files)
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = make_folder(cache_dir)
     path = cache_dir / f"tokens-{cache_key(hashes, tokenizer)[:24]}.npy"
     if not path.exists():
         ids = np.asarray(tokenizer.encode_corpus([str(f) for f in files]))

@@ -233,6 +233,10 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     if fast and model._tracer is not None:
         raise ValueError("fast=True skips the snapshots, but a tracer is attached; use fast=None or False")
     longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
+    if longest >= ctx:
+        which = "the prompt" if len(ids) == 1 else "the longest prompt"
+        raise ValueError(f"{which} ({longest} tokens) leaves no room in the context of {ctx} positions; "
+                         f"shorten it to at most {ctx - 1} tokens")
     if longest + max_new > ctx:
         which = "the prompt" if len(ids) == 1 else "the longest prompt"
         raise ValueError(f"{which} ({longest} token{'s' * (longest != 1)}) plus max_new_tokens={max_new} "

@@ -74,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_write, load_model, save_model
+from .checkpoint import atomic_write, load_model, make_folder, save_model
 from .config import ModelConfig
 
 __all__ = [
@@ -524,7 +524,7 @@ def export_hf(model_file, out_dir) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"export target {str(out)!r} exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     c = model.config
     tensors = to_hf_state(model.state_dict(), c)
     eot = tokenizer.special_tokens.get("<|endoftext|>")

@@ -197,7 +197,8 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
     probs (V,): one id (an int), or ``size`` ids (an array) when ``size`` is given.
     probs (B, V): one id per row, (B,). One uniform number is used per draw, so
     the stream of draws depends only on the generator's state. An id with
-    probability 0 is never drawn.
+    probability 0 is never drawn. ``probs`` need not sum to 1, but must be
+    >= 0 with a finite, positive sum (ValueError otherwise: a NaN is never drawn from).
     """
     if not isinstance(rng, np.random.Generator):
         raise ParameterTypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -207,6 +208,11 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
+    total = cdf[..., -1]
+    if not (np.isfinite(total).all() and (total > 0).all()) or probs.min() < 0:  # NaN fails every test
+        raise ValueError(f"probs must be numbers >= 0 with a finite, positive sum (a distribution); "
+                         f"got sum {float(np.min(total)) if np.isfinite(total).all() else 'nan or inf'}, "
+                         f"smallest entry {float(np.nanmin(probs)) if not np.isnan(probs).all() else 'nan'}")
     # side="right" finds i with cdf[i-1] <= u < cdf[i], so p[i] > 0. Only a u
     # that rounds up to the total can run off the end: it goes to the last
     # id with positive mass.

@@ -395,10 +395,18 @@ class Tokenizer:
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a str, got {type(pattern).__name__}")
         try:
-            self._split = re.compile(pattern).findall
+            self._regex = re.compile(pattern)
         except re.error as e:
             raise ValueError(f"pattern is not a valid regular expression: {e}") from None
+        self._split = self._regex.findall
         self._pattern = pattern
+        # PATTERN splits any text into chunks that cover it; another pattern (a damaged file,
+        # say) might skip characters, which encoding would then silently drop: check it then.
+        self._check_cover = pattern != PATTERN
+        if self._check_cover:
+            probe = "".join(map(chr, range(0x3001))).encode("utf-8", "replace").decode("utf-8", "replace")
+            if sum(map(len, self._split(probe))) != len(probe):
+                self._uncovered(probe)
 
         # Merges: merge i makes id 256 + i from two earlier ids.
         self._merges: list[tuple[int, int]] = []
@@ -512,10 +520,22 @@ class Tokenizer:
         if len(cache) > self._CACHE_LIMIT:
             cache.clear()
         chunks = self._split(text)
+        if self._check_cover and sum(map(len, chunks)) != len(text):
+            self._uncovered(text)
         # Run BPE once per distinct chunk that is new, then look every chunk up.
         for chunk in set(chunks).difference(cache):
             cache[chunk] = self._encode_chunk(chunk)
         out += chain.from_iterable(map(cache.__getitem__, chunks))
+
+    def _uncovered(self, text: str) -> None:
+        """Raise naming the first character of ``text`` that no chunk of the pattern covers."""
+        at = 0
+        for m in self._regex.finditer(text):
+            if m.start() != at:
+                break
+            at = m.end()
+        raise ValueError(f"this tokenizer's pattern matches no chunk at {text[at]!r} (index {at}), so encoding "
+                         "would drop it; the pattern is not glassllm's (a damaged tokenizer file?)")
 
     def _encode_with_specials(self, text: str, allowed: dict[str, int], out) -> None:
         """Append the ids of ``text``, turning the ``allowed`` special tokens into their ids."""
@@ -692,6 +712,8 @@ class Tokenizer:
             doc = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"tokenizer document is not valid JSON ({e.msg} at line {e.lineno})") from None
+        except RecursionError:
+            raise ValueError("tokenizer document is not valid JSON (nested too deeply)") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ValueError(f"not a glassllm tokenizer: format is {found!r}, expected {FORMAT!r}")

@@ -4,7 +4,8 @@ The loop, one optimiser step at a time (:func:`train_step`)::
 
     for each of grad_accum micro-batches (B random windows of T tokens):
         loss_i = mean cross-entropy;  backward(loss_i / grad_accum)
-    loss = mean of the loss_i;  stop if it or any gradient is not finite
+    loss = mean of the loss_i;  stop if it or any gradient is not finite, naming the
+        first non-finite snapshot (a traced re-run of the batch: find_non_finite)
     clip the gradients to global L2 norm grad_clip (0 = no clipping)
     AdamW step with lr = lr_at(step) (linear warm-up, then cosine decay)
 
@@ -59,15 +60,17 @@ from pathlib import Path
 import numpy as np
 
 from .autograd import no_grad
-from .checkpoint import atomic_path, atomic_write, save_model
+from .checkpoint import atomic_path, atomic_write, make_folder, save_model
 from .config import ModelConfig
 from .data import WindowSampler, resolve_sources, text_sha256s, token_ids
 from .nn import Transformer
 from .optim import AdamW, clip_grad_norm, global_norm, lr_at
 
-__all__ = ["TrainConfig", "EvalResult", "Trainer", "train_step", "evaluate", "evaluate_text",
+__all__ = ["TrainConfig", "EvalResult", "Trainer", "train_step", "find_non_finite", "NonFinite",
+           "evaluate", "evaluate_text",
            "STATE_FORMAT", "STATE_VERSION", "add_cli"]
 
+RUN_FILES = ("train_state.safetensors", "model.safetensors", "tokenizer.json", "loss.csv", "loss.png")
 STATE_FORMAT = "glassllm-train-state"
 STATE_VERSION = "1"
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -166,8 +169,13 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
 
     Gradients of the micro-batches are averaged (each loss is scaled by
     1/len(batches) before its backward). Returns ``(mean loss, gradient norm
-    before clipping)``. Raises ValueError naming ``step`` and the first
-    parameter whose gradient is not finite, before any weight changes.
+    before clipping)``.
+
+    A non-finite loss or gradient stops the step before any weight changes,
+    with one ``ValueError`` line naming ``step``, the first parameter whose
+    gradient is not finite, and what :func:`find_non_finite` traced: the first
+    snapshot that is not finite in forward order, and the first snapshot
+    gradient that is not finite in backward order.
     """
     optimizer.zero_grad()
     scale = 1.0 / len(batches)
@@ -176,7 +184,8 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
         loss = model.loss(x, y)
         value = float(loss.data)
         if not math.isfinite(value):
-            raise ValueError(f"step {step}: the loss is {value} (not finite); lower --lr or check the data")
+            raise ValueError(f"step {step}: the loss is {value} (not finite); "
+                             f"{_diagnosis(model, batches)}; lower --lr or check the data")
         total += value
         (loss if len(batches) == 1 else loss * scale).backward()
     params = list(optimizer.params.values())
@@ -184,10 +193,69 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
     if not math.isfinite(norm):
         bad = next(name for name, p in optimizer.params.items()
                    if p.grad is not None and not np.all(np.isfinite(p.grad)))
-        raise ValueError(f"step {step}: non-finite gradient in {bad}; lower --lr or --grad-clip")
+        raise ValueError(f"step {step}: non-finite gradient in {bad}; {_diagnosis(model, batches)}; "
+                         "lower --lr or --grad-clip")
     optimizer.lr = lr
     optimizer.step()
     return total * scale, norm
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where a traced forward and backward first stop being finite (see :func:`find_non_finite`).
+
+    ``batch``: which micro-batch; ``row``: which of its rows. ``value``: the
+    first snapshot (forward order) with a NaN or infinity, or None.
+    ``grad``: the first snapshot gradient (backward order: ``probs``,
+    ``logits``, ... down to ``embed``) with one, or None.
+    """
+
+    batch: int
+    row: int
+    value: str | None
+    grad: str | None
+
+    def line(self) -> str:
+        where = f"row {self.row} of micro-batch {self.batch}"
+        parts = [f"first non-finite snapshot {self.value} (forward order)" if self.value else
+                 "every snapshot finite",
+                 f"first non-finite gradient {self.grad} (backward order)" if self.grad else
+                 "every snapshot gradient finite"]
+        return f"traced {where}: {', '.join(parts)}"
+
+
+def find_non_finite(model: Transformer, batches) -> NonFinite | None:
+    """Re-run micro-batches ``[(x, y), ...]`` under a :class:`~glassllm.trace.Tracer`, with gradients.
+
+    Rows are traced one at a time (a tracer keeps one batch row; rows do not
+    interact) until one has a snapshot or a snapshot gradient that is not
+    finite. Returns None if every snapshot and gradient of every row is
+    finite: then the non-finite number arises in a parameter's own gradient.
+    The model's parameters and their ``.grad`` are left as they were.
+    """
+    from .trace import trace
+
+    for i, (x, y) in enumerate(batches):
+        x, y = np.atleast_2d(np.asarray(x)), np.atleast_2d(np.asarray(y))   # (B, T)
+        for b in range(len(x)):
+            with np.errstate(all="ignore"):
+                t = trace(model, x[b], targets=y[b])
+            step = t.steps[0]
+            order = t.names()                                                 # forward order
+            value = next((k for k in order if not np.isfinite(step.values[k]).all()), None)
+            grad = next((k for k in reversed(order) if k in step.grads
+                         and not np.isfinite(step.grads[k]).all()), None)
+            if value or grad:
+                return NonFinite(i, b, value, grad)
+    return None
+
+
+def _diagnosis(model: Transformer, batches) -> str:
+    found = find_non_finite(model, batches)
+    if found is None:
+        return ("traced again, every snapshot and snapshot gradient is finite: "
+                "the non-finite number arises in a parameter's own gradient")
+    return found.line()
 
 
 # ----------------------------------------------------------------------------
@@ -282,8 +350,7 @@ class Trainer:
         from .tokenizer import Tokenizer
 
         self.config, self.model_config = config, model_config
-        self.out = Path(out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = make_folder(out_dir)
         self.cache_dir = Path(cache_dir) if cache_dir else self.out / "cache"
         self.progress = progress
         self.train_files = [Path(f).resolve() for f in train_files]
@@ -323,6 +390,9 @@ class Trainer:
         path = Path(out_dir) / "train_state.safetensors"
         if not path.is_file():
             raise ValueError(f"cannot resume: {str(path)!r} does not exist (start a run without --resume)")
+        for name in RUN_FILES:            # half-written temporary files of a run that was killed mid-save
+            for stale in Path(out_dir).glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
         try:
             with safe_open(str(path), framework="numpy") as f:
                 meta = f.metadata() or {}

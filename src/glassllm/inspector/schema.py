@@ -3,7 +3,8 @@
 Every request is a JSON object checked twice before any model work:
 
 1. here, by shape and range, with pydantic models that forbid unknown keys
-   (``temperature`` must be finite and > 0, ``layer`` an int >= 0, ...);
+   (``temperature`` must be a finite number -- not a bool or a string -- and > 0,
+   ``layer`` an int >= 0, ...);
 2. in :mod:`glassllm.inspector.data`, against the model and the :class:`Limits`
    (``layer`` < n_layers, a head that the chosen snapshot has, a name from the
    tracer's registry, a prompt that fits the context, a snapshot that is not
@@ -21,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 __all__ = [
     "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest",
@@ -77,7 +78,7 @@ class Intervention(_Request):
     kind: Literal["ablate", "mask_off", "temperature"]
     layer: StrictInt = Field(ge=0)
     head: StrictInt | None = Field(default=None, ge=0)
-    temperature: float | None = Field(default=None, gt=0.0, le=100.0, allow_inf_nan=False)
+    temperature: StrictFloat | None = Field(default=None, gt=0.0, le=100.0, allow_inf_nan=False)
 
 
 class PromptRequest(_Request):
@@ -124,9 +125,9 @@ class NextRequest(PromptRequest):
     """
 
     step: StrictInt = Field(default=0, ge=0)
-    temperature: float = Field(default=1.0, ge=0.0, le=100.0, allow_inf_nan=False)
+    temperature: StrictFloat = Field(default=1.0, ge=0.0, le=100.0, allow_inf_nan=False)
     top_k: StrictInt | None = Field(default=None, ge=1)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     intervention: Intervention | None = None
 
 

@@ -14,7 +14,8 @@ The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
 There are no API docs routes. Every bad request -- malformed JSON, a field of
 the wrong type or range, an unknown snapshot, a prompt that is too long --
-gets HTTP 400 and ``{"error": "<one line>"}``; unknown paths get 404 in the
+gets HTTP 400 and ``{"error": "<one line>"}`` (so does a POST without a
+Content-Length, or a body over 256 KB); unknown paths get 404 in the
 same shape. Errors inside the model are bugs: they are logged and answered
 with 500 and a generic message, never a traceback.
 
@@ -104,7 +105,10 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         message = {404: f"no such page: {request.url.path[:100]}",
-                   405: f"method {request.method} is not allowed on {request.url.path[:100]}"}
+                   405: f"method {request.method} is not allowed on {request.url.path[:100]}",
+                   # FastAPI's words when the body is not UTF-8, or nested too deeply to parse:
+                   400: ("request body is not valid JSON (UTF-8 text, not nested too deeply)"
+                         if exc.detail == "There was an error parsing the body" else str(exc.detail))}
         return _error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
 
     @app.exception_handler(Exception)
@@ -122,6 +126,9 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return _error(400, f"request body of {length[:20]} bytes is too large; at most {MAX_BODY_BYTES}")
+        if request.method == "POST" and (length is None or "transfer-encoding" in request.headers):
+            # A chunked body has no declared size: it would be read whole before any check.
+            return _error(400, "a request body needs a Content-Length header (chunked uploads are refused)")
         response = await call_next(request)
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"

@@ -1,0 +1,297 @@
+"""The reliability figures: bad inputs, random SIGKILLs, fuzzing and a load test, at full size.
+
+Run from the repository root::
+
+    python tools/reliability_report.py            # everything (~15 min on 2 busy cores)
+    python tools/reliability_report.py --table    # only regenerate the inventory table in the doc
+
+It runs the same code as the tests (``tests/test_reliability_*.py``), larger:
+
+1. **Bad inputs.** Every case of the inventory in-process (the table in
+   ``docs/reliability.md`` is regenerated from the lines they produce), and
+   every command-line case again as a real ``glassllm`` subprocess (fresh
+   interpreter, real argv bytes, a real file-size limit for the full disk):
+   exit codes, stderr, tracebacks and NaNs counted per entry point.
+2. **SIGKILLs.** ``kill_campaign`` with ``--kills`` (default 50) kills at
+   random moments; every checkpoint left must load; the resumed run's final
+   weights, AdamW moments, sampler and history must equal a straight run's.
+3. **Fuzzing.** The Hypothesis and schemathesis properties of
+   ``tests/test_reliability_fuzz.py`` with ``--fuzz-examples`` (default 2000)
+   examples each, in a pytest subprocess; examples counted per property.
+4. **Load.** ``--clients`` (20) clients for ``--seconds`` (30) against a
+   server process on 127.0.0.1 serving a model of the bundled shape:
+   requests, status codes, p50/p95/p99 latency, server memory.
+
+Figures are printed, written to ``bench/results/reliability.json`` and into
+the figures section of ``docs/reliability.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import test_reliability_inventory as inv  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "reliability.json"
+FIGURES_BEGIN = "<!-- BEGIN FIGURES: python tools/reliability_report.py -->"
+FIGURES_END = "<!-- END FIGURES -->"
+
+# A glassllm process for one command-line case; "full" first sets a 0-byte file-size limit (a full disk).
+CLI_CHILD = (
+    "import resource, signal, sys\n"
+    "if sys.argv[1] == 'full':\n"
+    "    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    "    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+    "from glassllm.cli import main\nsys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------
+# 1. The inventory
+# ----------------------------------------------------------------------------
+
+def run_inventory(subprocesses: bool = True) -> tuple[dict, list, list]:
+    env = inv.get_env()
+    if not env.readonly:
+        raise SystemExit("no folder here refuses writes; cannot run the non-writable cases")
+    cases = inv.all_cases()
+    t0 = time.perf_counter()
+    outcomes = [inv.run_case(c, env) for c in cases]
+    figures = {"in_process_s": round(time.perf_counter() - t0, 1), "entries": {}}
+    for entry in inv.ENTRIES:
+        mine = [(c, o) for c, o in zip(cases, outcomes) if c.entry == entry]
+        figures["entries"][entry] = {
+            "cases": len(mine), "bad_inputs": sum(1 for c, _ in mine if not c.ok),
+            "accepted_odd_inputs": sum(1 for c, _ in mine if c.ok),
+            "passed": sum(1 for _, o in mine if o.passed),
+            "tracebacks": sum(1 for _, o in mine if o.status == "traceback"),
+            "nans": sum(1 for _, o in mine if o.status == "nan"),
+            "other_failures": [f"{c.input}: {o.line}" for c, o in mine if o.status == "wrong"],
+        }
+    if subprocesses:
+        figures["cli_subprocess"] = run_cli_subprocesses(env, [(c, o) for c, o in zip(cases, outcomes)
+                                                              if c.entry == "cli"])
+    return figures, cases, outcomes
+
+
+def run_cli_subprocesses(env, pairs) -> dict:
+    """Every command-line case as a real process; its error line must equal the in-process one."""
+    out = {"cases": 0, "passed": 0, "tracebacks": 0, "nans": 0, "same_line_as_in_process": 0, "failures": []}
+    t0 = time.perf_counter()
+    for case, inproc in pairs:
+        argv = [a.encode("utf-8", "surrogateescape") for a in case.run]     # invalid UTF-8 as real bytes
+        proc = subprocess.run([sys.executable, "-c", CLI_CHILD, "full" if case.disk_full else "-", *argv],
+                              cwd=env.root, capture_output=True, timeout=600,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        stdout = proc.stdout.decode("utf-8", "replace")
+        stderr = proc.stderr.decode("utf-8", "replace")
+        o = inv.judge_cli(case, proc.returncode, stdout, stderr)
+        out["cases"] += 1
+        out["passed"] += o.passed
+        out["tracebacks"] += o.status == "traceback"
+        out["nans"] += o.status == "nan"
+        out["same_line_as_in_process"] += o.line == inproc.line
+        if not o.passed or o.line != inproc.line:
+            out["failures"].append(f"{case.input}: {o.status}: {o.line} (in-process: {inproc.line})")
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def write_table(cases, outcomes) -> None:
+    text = inv.DOC.read_text(encoding="utf-8")
+    inv.DOC.write_text(inv.replace_doc_table(text, inv.render_table(cases, outcomes)), encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------
+# 2-4. Kills, fuzzing, load
+# ----------------------------------------------------------------------------
+
+def run_kills(kills: int, seed: int) -> dict:
+    import test_reliability_kill as kill
+
+    with tempfile.TemporaryDirectory(prefix="glassllm-kills-") as folder:
+        t0 = time.perf_counter()
+        stats = kill.kill_campaign(Path(folder), kills, seed, log=log)
+        stats["seconds"] = round(time.perf_counter() - t0, 1)
+    stats["in_a_write"] = sum(stats["in_write"].values())
+    return stats
+
+
+def run_fuzz(examples: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="glassllm-fuzz-") as folder:
+        counts = Path(folder) / "counts.json"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_reliability_fuzz.py"),
+                               "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "GLASSLLM_FUZZ_EXAMPLES": str(examples),
+                                   "GLASSLLM_FUZZ_COUNTS": str(counts)})
+        seconds = round(time.perf_counter() - t0, 1)
+        run = json.loads(counts.read_text()) if counts.exists() else {}
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+    return {"examples_per_property": examples, "properties": len(run), "examples": sum(run.values()),
+            "failures": 0 if proc.returncode == 0 else tail, "pytest": tail, "by_property": run,
+            "seconds": seconds}
+
+
+def run_load(clients: int, seconds: float) -> dict:
+    import test_reliability_server as srv
+
+    with tempfile.TemporaryDirectory(prefix="glassllm-load-") as folder:
+        path = srv.make_model_file(Path(folder), "bundled")
+        stats = srv.load_test(path, clients, seconds)
+        stats["model"] = "bundled shape (4 layers, width 128, 1,024 ids), random weights"
+        stats["heaviest_requests_ms"] = heaviest_requests(path)
+    return stats
+
+
+def heaviest_requests(path: Path) -> dict:
+    """Time the costliest requests the default limits allow, one at a time (in-process)."""
+    from glassllm.checkpoint import load_model
+    from glassllm.inspector import Inspector, Limits
+    from glassllm.inspector.schema import NextRequest, SnapshotRequest
+
+    model, tok, _ = load_model(path)
+    limits = Limits()
+    words = "once upon a time there was a little dog who liked to run in the park ".split()
+    prompt, n = "", 0
+    while True:                                              # the longest prompt the limits allow
+        longer = prompt + words[n % len(words)] + " "
+        if len(tok.encode(longer.strip(), allowed_special="all")) > limits.fit(512).max_prompt_tokens:
+            break
+        prompt, n = longer, n + 1
+    prompt = prompt.strip()
+    out = {"prompt_tokens": len(tok.encode(prompt, allowed_special="all"))}
+    for label, call in [
+        ("snapshot attn.softmax with gradients, longest prompt",
+         lambda i: i.snapshot(SnapshotRequest(prompt=prompt, name="attn.softmax", layer=3, head=0, grad=True))),
+        (f"next token at step {limits.max_new_tokens}, longest prompt",
+         lambda i: i.next_token(NextRequest(prompt=prompt, step=limits.max_new_tokens))),
+    ]:
+        inspector = Inspector(model, tok, limits)            # a cold cache: the full cost
+        t0 = time.perf_counter()
+        try:
+            call(inspector)
+            out[label] = round((time.perf_counter() - t0) * 1000, 1)
+        except ValueError as e:                              # greedy decoding ended early, say
+            out[label] = f"refused: {e}"
+    return out
+
+
+# ----------------------------------------------------------------------------
+# The doc's figures section
+# ----------------------------------------------------------------------------
+
+def figures_markdown(r: dict) -> str:
+    lines = [f"Measured {r['date']} on {r['machine']} by `python tools/reliability_report.py` "
+             f"(JSON: `bench/results/reliability.json`).", ""]
+    e = r["inventory"]["entries"]
+    lines += ["**1. Bad inputs.** Cases tried per entry point (bad inputs + accepted odd inputs), "
+              "with what went wrong:", "",
+              "| entry point | cases | bad inputs | accepted odd inputs | passed | tracebacks | NaNs |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, f in e.items():
+        lines.append(f"| {name} | {f['cases']} | {f['bad_inputs']} | {f['accepted_odd_inputs']} | {f['passed']} | "
+                     f"{f['tracebacks']} | {f['nans']} |")
+    sub = r["inventory"].get("cli_subprocess")
+    if sub:
+        lines += ["", f"The {sub['cases']} command-line cases again as real `glassllm` processes: "
+                      f"{sub['passed']} passed, {sub['tracebacks']} tracebacks, {sub['nans']} NaNs; "
+                      f"{sub['same_line_as_in_process']} printed exactly the in-process line."]
+    k = r["kills"]
+    where = ", ".join(f"{v} in `{n}`" for n, v in sorted(k["in_write"].items(), key=lambda x: -x[1]))
+    lines += ["", f"**2. SIGKILLs.** {k['kills']} random SIGKILLs survived over a {k['steps']}-step run "
+                  f"({k['starts']} process starts, a checkpoint every step); {k['in_a_write']} landed inside "
+                  f"an atomic write ({where or 'none'}). Corrupted checkpoints: {k['corrupted']}. "
+                  f"Exact resume: {'yes' if k['exact'] else 'NO'} -- all {k['tensors_compared']} tensors "
+                  f"(weights and both AdamW moments), the sampler state and the loss history equal a "
+                  f"straight run's, bit for bit."]
+    f = r["fuzz"]
+    lines += ["", f"**3. Fuzzing.** {f['examples']:,} examples over {f['properties']} properties "
+                  f"(up to {f['examples_per_property']:,} each), failures: {f['failures']}.", "",
+              "| property | examples |", "|---|---:|"]
+    lines += [f"| {name} | {n:,} |" for name, n in f["by_property"].items()]
+    ld = r["load"]
+    kinds = ", ".join(f"{k} {sum(v.values()):,}" for k, v in ld["by_kind"].items())
+    lines += ["", f"**4. Load.** {ld['clients']} concurrent clients for {ld['seconds']:.0f} s against a server "
+                  f"process on 127.0.0.1 ({ld['model']}): {ld['requests']:,} requests ({ld['per_second']}/s; "
+                  f"{kinds}), **{ld['server_errors']} 5xx**, {ld['unexpected']} unexpected statuses; latency "
+                  f"p50 {ld['latency_ms']['p50']} ms, **p95 {ld['latency_ms']['p95']} ms**, "
+                  f"p99 {ld['latency_ms']['p99']} ms, max {ld['latency_ms']['max']} ms. Server memory "
+                  f"{ld['rss_mb']['start']} MB at the start, {ld['rss_mb']['peak']} MB at the peak, "
+                  f"{ld['rss_mb']['end']} MB at the end."]
+    h = ld.get("heaviest_requests_ms", {})
+    if h:
+        parts = [f"{k}: {v} ms" if isinstance(v, float) else f"{k}: {v}" for k, v in h.items()
+                 if k != "prompt_tokens"]
+        lines += ["", f"The costliest requests the default limits allow (a {h['prompt_tokens']}-token prompt, "
+                      f"cold cache, one at a time): " + "; ".join(parts) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def write_figures(md: str) -> None:
+    text = inv.DOC.read_text(encoding="utf-8")
+    head, rest = text.split(FIGURES_BEGIN, 1)
+    _, tail = rest.split(FIGURES_END, 1)
+    inv.DOC.write_text(f"{head}{FIGURES_BEGIN}\n{md}{FIGURES_END}{tail}", encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", action="store_true", help="only regenerate the inventory table in the doc")
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--fuzz-examples", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    if args.table:
+        figures, cases, outcomes = run_inventory(subprocesses=False)
+        write_table(cases, outcomes)
+        print(json.dumps(figures["entries"], indent=1))
+        return 0 if all(o.passed for o in outcomes) else 1
+
+    report = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "load_average_at_start": os.getloadavg()}
+    log("1/4 bad inputs ...")
+    report["inventory"], cases, outcomes = run_inventory()
+    write_table(cases, outcomes)
+    log(json.dumps(report["inventory"], indent=1))
+    log(f"2/4 {args.kills} SIGKILLs ...")
+    report["kills"] = run_kills(args.kills, args.seed)
+    log(json.dumps(report["kills"]))
+    log(f"3/4 fuzzing, {args.fuzz_examples} examples per property ...")
+    report["fuzz"] = run_fuzz(args.fuzz_examples)
+    log(json.dumps(report["fuzz"], indent=1))
+    log(f"4/4 load: {args.clients} clients x {args.seconds:.0f} s ...")
+    report["load"] = run_load(args.clients, args.seconds)
+    report["load_average_at_end"] = os.getloadavg()
+    RESULTS.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    md = figures_markdown(report)
+    write_figures(md)
+    print(md)
+    ok = (all(f["passed"] == f["cases"] for f in report["inventory"]["entries"].values())
+          and report["kills"]["corrupted"] == 0 and report["kills"]["exact"] and report["fuzz"]["failures"] == 0
+          and report["load"]["server_errors"] == 0)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
