@@ -36,7 +36,7 @@ CHROMIUM = os.environ.get("GLASSLLM_CHROMIUM", "/usr/bin/chromium")   # Debian's
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-PROMPT = "once upon a time the little dog ran"
+PROMPT = "Once upon a time, there was a little dog named Max. He liked to run and play with his red ball."
 
 pytestmark = pytest.mark.browser
 
@@ -74,19 +74,19 @@ def parts():
     from glassllm.checkpoint import bundled_model_path, load_model
 
     if bundled_model_path().exists():
-        model, tokenizer, _ = load_model(bundled_model_path())
-        return model, tokenizer, "bundled"
+        model, tokenizer, meta = load_model(bundled_model_path())
+        return model, tokenizer, "bundled", meta
     from test_inspector_api import make_model_and_tokenizer
 
     model, tokenizer = make_model_and_tokenizer(np.float32)
-    return model, tokenizer, "random"
+    return model, tokenizer, "random", {}
 
 
 @pytest.fixture(scope="module")
 def inspector(parts):
     from glassllm.inspector import Inspector, Limits
 
-    return Inspector(parts[0], parts[1], Limits(max_prompt_tokens=256, max_new_tokens=16))
+    return Inspector(parts[0], parts[1], Limits(max_prompt_tokens=256, max_new_tokens=16), meta=parts[3])
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +256,7 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
     page.focus("#topp")
     page.keyboard.press("End")
     page.evaluate("() => document.activeElement.blur()")
-    hover(page, n - 1, n // 3)
+    hover(page, n - 6, n // 3)
 
 
 def test_a_missing_browser_skips_unless_ci_requires_it(monkeypatch):
@@ -269,7 +269,7 @@ def test_a_missing_browser_skips_unless_ci_requires_it(monkeypatch):
 
 
 def test_live_server(browser, server, parts):
-    model, tokenizer, kind = parts
+    model, tokenizer, kind, _ = parts
     page = browser.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -326,7 +326,7 @@ def test_live_server(browser, server, parts):
 def test_exported_file_offline(browser, inspector, parts, tmp_path):
     from glassllm.inspector import export_html
 
-    model, tokenizer, _ = parts
+    model, tokenizer, _, _ = parts
     path = tmp_path / "inspector.html"
     export_html(inspector, PROMPT, path, steps=2)
     page = browser.new_page()

@@ -203,7 +203,11 @@
     const canvas = $("heatmap");
     canvas.addEventListener("mousemove", onHover);
     canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; $("cell-outline").hidden = true; });
-    window.addEventListener("resize", () => { if (current) draw(); });
+    // Redraw when the width changes (the layout depends on it), not on every height change.
+    let width = window.innerWidth;
+    window.addEventListener("resize", () => {
+      if (current && window.innerWidth !== width) { width = window.innerWidth; draw(); }
+    });
   }
 
   function syncControls() {
@@ -609,9 +613,10 @@
     if (masked) tip.append(el("div", {class: "small"}, "masked: this key is in the query's future"));
     tip.dataset.row = String(i); tip.dataset.col = String(j); tip.dataset.value = exact;
     tip.hidden = false;
-    let tx = ev.clientX + 16, ty = ev.clientY + 16;
-    if (tx + 290 > window.innerWidth) tx = ev.clientX - 300;
-    if (ty + 90 > window.innerHeight) ty = ev.clientY - 96;
+    // Document coordinates: the tooltip stays by its cell when the page scrolls.
+    let tx = ev.pageX + 16, ty = ev.pageY + 16;
+    if (ev.clientX + 306 > window.innerWidth) tx = ev.pageX - 300;
+    if (ev.clientY + 106 > window.innerHeight) ty = ev.pageY - 96;
     tip.style.left = tx + "px"; tip.style.top = ty + "px";
     const box = $("cell-outline"), c = $("heatmap");
     box.style.left = c.offsetLeft + geom.x0 + j * geom.cw - 1 + "px";
