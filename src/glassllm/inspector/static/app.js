@@ -540,7 +540,7 @@
     }
     $("legend-lo").textContent = fmt(sc.lo);
     $("legend-hi").textContent = fmt(sc.hi) + "  (" + sc.note + ")";
-    $("legend-masked").hidden = !mask;
+    $("legend-masked").hidden = !mask || !mask.some((v) => v);
     $("legend-cache").hidden = !(r.step > 0 && r.axes[1] === "m");
   }
 
@@ -568,8 +568,12 @@
     if (r.axes[1] === "m") {
       out.push("Axes first: each row is a query (the position that reads), each column a key (a position it may read). " +
         "Rows go down, keys go right; position numbers follow each token.");
-      out.push("Masks next: hatched cells are future keys. Their score was replaced by −∞ before the softmax, so their " +
-        "weight is exactly 0 — unlike a cell that is merely pale, which is a small but real weight.");
+      const off = state.intervention && state.intervention.kind === "mask_off" && !r.step &&
+        state.intervention.layer === r.layer;
+      if (off) out.push("Masks next: the causal mask is switched off in this layer (Intervene), so queries read " +
+        "future keys too. Compare with the mask on: what changes in the next-token distribution?");
+      else out.push("Masks next: hatched cells are future keys. Their score was replaced by −∞ before the softmax, so " +
+        "their weight is exactly 0 — unlike a cell that is merely pale, which is a small but real weight.");
       if (r.local === "attn.softmax" && !r.grad) {
         out.push("Then row sums: each row of weights is a distribution over the keys and sums to 1 (the Σ row column).");
       }
