@@ -41,11 +41,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 
-def build(batch: int, seq: int, seed: int):
+def model_config(dim: int):
+    """The default config, or one of width ``dim`` with heads of 32 (two query heads per K/V head)."""
+    from glassllm.config import ModelConfig
+
+    if dim == ModelConfig().dim:
+        return ModelConfig()
+    return ModelConfig(dim=dim, n_heads=dim // 32, n_kv_heads=max(1, dim // 64),
+                       ffn_dim=ModelConfig.llama_ffn_dim(dim))
+
+
+def build(batch: int, seq: int, seed: int, dim: int = 128):
     """name -> zero-argument function doing one full training step and returning its loss."""
     import torch
 
-    from glassllm.config import ModelConfig
     from glassllm.data import WindowSampler
     from glassllm.nn import Transformer
     from glassllm.optim import AdamW
@@ -53,7 +62,7 @@ def build(batch: int, seq: int, seed: int):
     from torch_reference import TorchLlama
 
     tc = TrainConfig(batch_size=batch, seq_len=seq)
-    config = ModelConfig()
+    config = model_config(dim)
     model = Transformer(config, seed=seed, dtype=np.float32)
     ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=200_000).astype(np.uint16)
     sampler = lambda: WindowSampler(ids, seq, batch, np.random.default_rng(seed + 1))  # noqa: E731
@@ -112,11 +121,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds per thread count")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dim", type=int, default=128,
+                        help="model width (default config at 128; otherwise heads of 32, LLaMA's MLP width)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_train.json"))
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     if args.batch < 1 or args.seq < 1 or args.repeats < 1 or min(threads) < 1:
         parser.error("--batch, --seq, --repeats and --threads must be positive")
+    if args.dim < 64 or args.dim % 64:
+        parser.error("--dim must be a multiple of 64")
 
     import torch
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -128,9 +141,9 @@ def main(argv=None) -> int:
     results = []
     for k in threads:
         # Fresh models per thread count, so every count times the same steps of the same run.
-        config, model, steps = build(args.batch, args.seq, args.seed)
+        config, model, steps = build(args.batch, args.seq, args.seed, args.dim)
         if not results:
-            print(f"training step (AdamW, clip 1.0), default config ({model.num_params():,} params), "
+            print(f"training step (AdamW, clip 1.0), width {config.dim} ({model.num_params():,} params), "
                   f"batch {args.batch} x {args.seq}, float32, {args.repeats} interleaved rounds, "
                   f"load average {load_before[0]:.2f}")
         torch.set_num_threads(k)

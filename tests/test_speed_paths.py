@@ -21,7 +21,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from conftest import TeachingTracer, randomize
+from glassllm_testing import TeachingTracer, randomize
 from glassllm import autograd as ag
 from glassllm import flash
 from glassllm.autograd import Tensor
@@ -192,6 +192,7 @@ def _spelled_self_attention(qkv, H, G, cos, sin, pad):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,n,H,G,D,pad,blocks", [
     (2, 37, 4, 2, 8, None, (8, 16)),          # ragged blocks, several key blocks (online)
+    (2, 37, 4, 2, 8, None, (8, 64)),          # one key block per query block: tiles kept for the backward
     (1, 64, 2, 1, 4, None, (64, 1024)),       # one tile
     (3, 29, 6, 3, 8, [0, 5, 40], (8, 8)),     # left padding; row 2 has no legal key
     (2, 50, 2, 2, 6, None, (7, 5)),           # H = G, odd blocks
@@ -227,7 +228,8 @@ def test_score_bound_and_running_max_give_the_same_attention(dtype, monkeypatch)
     real_forward = flash._forward
 
     def spy(*args):
-        seen.append(bool(np.all(args[-1] < flash.MAX_GAP[np.dtype(dtype).type])))
+        gap = args[10]
+        seen.append(bool(np.all(gap < flash.MAX_GAP[np.dtype(dtype).type])))
         return real_forward(*args)
 
     monkeypatch.setattr(flash, "_forward", spy)
@@ -238,6 +240,22 @@ def test_score_bound_and_running_max_give_the_same_attention(dtype, monkeypatch)
             assert_close(a, b, dtype, f"{name} with MAX_GAP {gaps[np.dtype(dtype).type]}")
     if dtype == np.float32:
         assert seen == [False, False]   # with the default gap, some rows still needed the fallback
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kept_tiles_and_recomputed_tiles_give_the_same_gradients(dtype, monkeypatch):
+    rng = np.random.default_rng(9)
+    B, n, H, G, D = 3, 40, 4, 2, 8
+    cos, sin = rope_tables(np.arange(n), D // 2, dtype)
+    qkv, g = _packed_inputs(rng, B, n, H, G, D, dtype)
+    assert flash._keeps_tiles(B, G, H // G, n, n, 0, 16, 64, 4)
+    assert not flash._keeps_tiles(B, G, H // G, n, n, 0, 16, 32, 4)   # two key blocks: recompute
+    kept = grads_of(lambda t: flash.self_attention(t, H, G, cos, sin, None, 16, 64), [qkv], g)
+    monkeypatch.setattr(flash, "KEEP_BYTES", 0)
+    assert not flash._keeps_tiles(B, G, H // G, n, n, 0, 16, 64, 4)
+    recomputed = grads_of(lambda t: flash.self_attention(t, H, G, cos, sin, None, 16, 64), [qkv], g)
+    for name, a, b in zip(("out", "dqkv"), kept, recomputed):
+        assert_close(a, b, dtype, name)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

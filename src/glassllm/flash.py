@@ -26,9 +26,11 @@ enough that the arithmetic, not Python, dominates -- and small enough that a
 tile of scores stays in the core's cache while it is exponentiated, summed and
 multiplied. Queries go in blocks of ``BLOCK_Q`` rows per head; keys in blocks of
 up to ``BLOCK_K`` (a 256-token training window is one key block, so its softmax
-is a plain one; a 4,096-token sequence is folded in four blocks per query
-block); and batch rows are grouped so that one tile of scores is about
-``TILE_BYTES``. ``bench/bench_longctx.py`` measured these choices.
+is a plain one; the last query block of a 4,096-token sequence folds in eight);
+and batch rows are grouped so that one tile of scores is about ``TILE_BYTES``.
+``bench/bench_longctx.py --tune`` measured these choices; on the benchmark
+machine they sit on a broad plateau (most choices within the noise), and
+BLOCK_K = 512 was the best for 4,096 tokens.
 
 Two entry points share the tile loops:
 
@@ -52,18 +54,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from .autograd import Tensor, _as_tensor, _make, _need, rope_table, rotate
+from .autograd import Tensor, _as_tensor, _make, _need, is_grad_enabled, rope_table, rotate
 
-__all__ = ["flash_attention", "self_attention", "BLOCK_Q", "BLOCK_K", "TILE_BYTES", "MAX_GAP"]
+__all__ = ["flash_attention", "self_attention", "BLOCK_Q", "BLOCK_K", "TILE_BYTES", "MAX_GAP", "KEEP_BYTES"]
 
 BLOCK_Q = 64           # query rows per head in one tile
-BLOCK_K = 1024         # keys in one tile (at most)
+BLOCK_K = 512          # keys in one tile (at most)
 TILE_BYTES = 1 << 20   # batch rows are grouped so one tile of scores is about this size
 
 # A score bound may serve as the softmax shift when it lies within this much of
 # the row's maximum: exp(-MAX_GAP) is far above the smallest normal number
 # (float32: e^-70 = 4e-31 vs 1.2e-38), so no probability that matters loses bits.
 MAX_GAP = {np.float32: 70.0, np.float64: 600.0}
+
+KEEP_BYTES = 64 << 20  # the forward keeps its probability tiles for the backward up to this size
 
 
 # ----------------------------------------------------------------------------
@@ -161,13 +165,15 @@ def _score_bound(q, k, scale, start):
     return bound.transpose(0, 2, 3, 1), gap.transpose(0, 2, 3, 1)       # (B, G, r, n)
 
 
-def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap):
+def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap, keep=None):
     """Write softmax(q k^T scale, masked) v into ``out5``; return the row log-sum-exp.
 
     q5 (B, G, r, n, D); k1, v1 (B, G, m, D+1): keys and values with a column
     of ones appended (:func:`_with_ones`); out5 (B, G, r, n, D), any strides;
     bound, gap (B, G, r, n) from :func:`_score_bound`. Returns lse (B, G, r, n);
-    rows with no legal key get +inf there.
+    rows with no legal key get +inf there. With a dict ``keep``, tiles that
+    took the bound shift in a single key block are stored there for the
+    backward (see :func:`_keeps_tiles`).
 
     Tiles are computed transposed, keys down and queries across (kk, r*nq), so
     that reductions run over the leading axis (vectorised across a row of
@@ -217,6 +223,8 @@ def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap):
                     sT -= shift
                 np.exp(sT, out=sT)                                      # p~ = exp(s - shift)
                 part = sT.swapaxes(-1, -2) @ v1[b0:b1, :, k0:k1_]       # (nb, G, r*nq, D+1): [p~ v | sum p~]
+                if keep is not None and fixed and k1_ == last and k0 == 0:
+                    keep[b0, q0] = (sT, 1.0 / part[..., D:])            # p~ and 1 / sum p~, per query
                 if acc is None:
                     acc = part
                 else:
@@ -238,14 +246,32 @@ def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap):
     return lse
 
 
-def _backward(q5, k1, v1, scale, start, pad, g5, out5, lse, bq, bk, dq5, dk, dv):
+def _keeps_tiles(B, G, r, n, m, start, bq, bk, itemsize) -> bool:
+    """Should the forward keep its probability tiles for the backward?
+
+    Recomputing a tile costs the backward a GEMM, the mask and an exp. When
+    every query block sees a single key block and all tiles together stay
+    within ``KEEP_BYTES`` (a training window: 16 x 256 tokens keep ~10 MiB per
+    layer), the forward keeps them -- p~ = exp(s - bound) and each query's
+    1 / sum p~ -- instead. Long sequences never qualify, so they still hold
+    no more than one tile at a time.
+    """
+    if start + n > bk:
+        return False
+    total = sum(min(m, start + min(q0 + bq, n)) * (min(q0 + bq, n) - q0) for q0 in range(0, n, bq))
+    return B * G * r * total * itemsize <= KEEP_BYTES
+
+
+def _backward(q5, k1, v1, scale, start, pad, g5, out5, lse, bq, bk, dq5, dk, dv, kept=None):
     """Gradients of :func:`_forward` for the output cotangent ``g5`` (B, G, r, n, D).
 
     Writes dq5 (B, G, r, n, D); *adds* into dk and dv (B, G, m, D), which the
     caller zeroes. All may be strided views of the caller's own layout.
     Per tile, with the two per-row numbers folded into the GEMMs as extra
     columns: p^T = exp([k | 1] @ [q scale | -lse]^T) and
-    ds^T = p^T * ([v | 1] @ [do | -delta]^T).
+    ds^T = p^T * ([v | 1] @ [do | -delta]^T). A tile the forward kept in
+    ``kept`` skips the first: it holds p~ = p * sum p~, and 1 / sum p~ scales
+    the rows of [do | -delta] instead (R x (D+1) numbers, not kk x R).
     """
     B, G, r, n, D = q5.shape
     m = k1.shape[2]
@@ -265,6 +291,17 @@ def _backward(q5, k1, v1, scale, start, pad, g5, out5, lse, bq, bk, dq5, dk, dv)
             qe = _augmented(q5, b0, b1, q0, q1, scale, neg_lse)         # (nb, G, r*nq, D+1)
             ge = _augmented(g5, b0, b1, q0, q1, None, neg_delta)        # (nb, G, r*nq, D+1)
             qi, gi = qe[..., :D], ge[..., :D]                           # (nb, G, r*nq, D)
+            if kept is not None and (b0, q0) in kept:
+                pT, inv_sum = kept.pop((b0, q0))                        # (nb, G, kk, r*nq), (nb, G, r*nq, 1)
+                ge *= inv_sum                                           # p~ / sum p~ = p
+                kj, vj = k1[b0:b1, :, :pT.shape[2]], v1[b0:b1, :, :pT.shape[2]]
+                dv[b0:b1, :, :pT.shape[2]] += pT @ gi                   # (nb, G, kk, D)
+                dsT = vj @ ge.swapaxes(-1, -2)                          # (nb, G, kk, r*nq): (dp - delta) / sum p~
+                dsT *= pT
+                dk[b0:b1, :, :pT.shape[2]] += dsT @ qi                  # (nb, G, kk, D)
+                dqi = dsT.swapaxes(-1, -2) @ kj[..., :D]                # (nb, G, r*nq, D)
+                np.multiply(dqi.reshape(b1 - b0, G, r, nq, D), scale, out=dq5[b0:b1, :, :, q0:q1])
+                continue
             dqi = None
             for k0 in range(0, min(m, start + q1), bk):
                 k1_ = min(k0 + bk, m, start + q1)
@@ -305,13 +342,15 @@ def flash_attention(q, k, v, scale: float, start: int = 0, pad: np.ndarray | Non
     k1, v1 = _with_ones(k.data), _with_ones(v.data)                    # (B, G, m, D+1)
     out = np.empty((B, G, r, n, D), dtype=dtype)                       # (B, G, r, n, D)
     bound, gap = _score_bound(q5.transpose(0, 3, 1, 2, 4), k.data.transpose(0, 2, 1, 3), scale, start)
-    lse = _forward(q5, k1, v1, scale, start, pad, out, block_q, block_k, bound, gap)
+    grad = is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    keep = {} if grad and _keeps_tiles(B, G, r, n, k.shape[2], start, block_q, block_k, dtype.itemsize) else None
+    lse = _forward(q5, k1, v1, scale, start, pad, out, block_q, block_k, bound, gap, keep)
 
     def backward(g):
         dq = np.empty_like(out)                                        # (B, G, r, n, D)
         dk, dv = np.zeros_like(k.data), np.zeros_like(v.data)          # (B, G, m, D)
         _backward(q5, k1, v1, scale, start, pad, g.reshape(B, G, r, n, D), out, lse,
-                  block_q, block_k, dq, dk, dv)
+                  block_q, block_k, dq, dk, dv, keep)
         return (dq.reshape(B, H, n, D) if _need(q) else None,
                 dk if _need(k) else None, dv if _need(v) else None)
 
@@ -353,7 +392,9 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
     out = np.empty((B, n, H, D), dtype=dtype)                          # (B, n, H, D)
     # The bound's norms and same-position dot products, from the unrotated projections in place.
     bound, gap = _score_bound(parts[:, :, :H].reshape(B, n, G, r, D), parts[:, :, H:H + G], scale, 0)
-    lse = _forward(heads5(qr), k1, v1, scale, 0, pad, heads5(out), block_q, block_k, bound, gap)
+    keep = ({} if is_grad_enabled() and qkv.requires_grad
+            and _keeps_tiles(B, G, r, n, n, 0, block_q, block_k, dtype.itemsize) else None)
+    lse = _forward(heads5(qr), k1, v1, scale, 0, pad, heads5(out), block_q, block_k, bound, gap, keep)
 
     def backward(g):
         dparts = np.empty((B, n, H + 2 * G, D), dtype=dtype)           # (B, n, H+2G, D)
@@ -363,7 +404,7 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
         dv[...] = 0.0
         _backward(heads5(qr), k1, v1, scale, 0, pad, heads5(g.reshape(B, n, H, D)), heads5(out), lse,
                   block_q, block_k,
-                  heads5(dq), dk.transpose(0, 2, 1, 3), dv.transpose(0, 2, 1, 3))
+                  heads5(dq), dk.transpose(0, 2, 1, 3), dv.transpose(0, 2, 1, 3), keep)
         # RoPE is a rotation: its backward turns the gradients back by the opposite angles.
         rotate(dq, zq, out=dparts[:, :, :H], inverse=True)
         rotate(dk, zk, out=dparts[:, :, H:H + G], inverse=True)

@@ -314,10 +314,13 @@ class Attention(Module):
         if mask is None:  # the model skipped it, expecting the packed path
             mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))  # (B, n, m)
 
-        # 1. Project X to queries, keys and values (no biases).
-        q = self.wq(x).reshape(B, n, H, D).transpose(0, 2, 1, 3)        # (B, H, n, D)
-        k = self.wk(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)        # (B, G, n, D)
-        v = self.wv(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)        # (B, G, n, D)
+        # 1. Project X to queries, keys and values (no biases): q = x wq^T, k = x wk^T,
+        #    v = x wv^T, computed as one GEMM against the three matrices stacked.
+        q, k, v = ag.split(ag.linear(x, (self.wq.weight, self.wk.weight, self.wv.weight)),
+                           [H * D, G * D, G * D], axis=-1)
+        q = q.reshape(B, n, H, D).transpose(0, 2, 1, 3)                 # (B, H, n, D)
+        k = k.reshape(B, n, G, D).transpose(0, 2, 1, 3)                 # (B, G, n, D)
+        v = v.reshape(B, n, G, D).transpose(0, 2, 1, 3)                 # (B, G, n, D)
         q, k, v = self.snap("q", q), self.snap("k", k), self.snap("v", v)
 
         # 2. Rotate queries and keys by their absolute positions.
@@ -386,8 +389,9 @@ class FeedForward(Module):
             # Fused path when no tracer looks inside: w1|w3 as one GEMM, the gating as one op.
             gate_up = ag.linear(x, (self.w1.weight, self.w3.weight))     # (B, n, 2F)
             return self.snap("out", self.w2(ag.swiglu(gate_up)))         # (B, n, C)
-        gate = self.snap("gate", self.w1(x))                             # (B, n, F)
-        up = self.snap("up", self.w3(x))                                 # (B, n, F)
+        gate, up = ag.split(ag.linear(x, (self.w1.weight, self.w3.weight)), 2, axis=-1)  # w1 x, w3 x in one GEMM
+        gate = self.snap("gate", gate)                                   # (B, n, F)
+        up = self.snap("up", up)                                         # (B, n, F)
         act = self.snap("act", ag.silu(gate))                            # (B, n, F)
         prod = self.snap("prod", act * up)                               # (B, n, F)
         return self.snap("out", self.w2(prod))                           # (B, n, C)
