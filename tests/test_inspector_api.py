@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from conftest import randomize  # noqa: E402
+from glassllm_testing import randomize  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from glassllm.config import ModelConfig  # noqa: E402
