@@ -17,6 +17,23 @@ log-sum-exp instead of storing them (FlashAttention-2):
 ``ds = p (dp - delta)`` with ``delta = rowsum(do * out)``,
 ``dq += ds k scale``, ``dk += ds^T q scale``.
 
+Three refinements make this fast in NumPy, where every pass over a tile is a
+separate call (each is tested equal to the plain algorithm, ``tests/test_speed_paths.py``):
+
+- *a shift known in advance*: when a Cauchy-Schwarz bound of each row's
+  largest score is provably close to it (:func:`_score_bound`), the bound
+  replaces the running maximum -- no max pass, no rescaling -- and is folded
+  into the score GEMM as an extra column, so a forward tile is one GEMM, the
+  mask strip, one exp and one GEMM; otherwise the query block falls back to
+  the running maximum above;
+- *transposed tiles* (keys down, queries across), whose reductions run over
+  the leading axis, and *ones columns* ([v | 1]) that make the value GEMM
+  return each row's sum of probabilities too;
+- *kept tiles*: for a training window (every query block within one key
+  block, all tiles together under ``KEEP_BYTES``) the forward keeps its
+  probability tiles and the backward skips the recomputation. Long sequences
+  never qualify, and hold one tile at a time.
+
 The mask is described, not stored: query i (absolute position start + i)
 may read key j when ``j <= start + i`` and ``j >= pad[b]`` (left padding).
 A row with no legal key gives zeros, as in :func:`glassllm.autograd.softmax_np`.

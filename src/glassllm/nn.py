@@ -350,8 +350,10 @@ class Attention(Module):
             r = H // G
             keys_h = ag.repeat_interleave(keys, r, axis=1)               # (B, H, m, D)
             values_h = ag.repeat_interleave(values, r, axis=1)           # (B, H, m, D)
-            # 5. Scaled dot products.
-            scores = ag.matmul(q, keys_h.transpose(0, 1, 3, 2)) * scale  # (B, H, n, m)
+            # 5. Scaled dot products, q k^T / sqrt(D) (the scale applied to the n x D
+            #    queries rather than to the n x m scores: fewer multiplies, the same values
+            #    up to rounding).
+            scores = ag.matmul(q * scale, keys_h.transpose(0, 1, 3, 2))  # (B, H, n, m)
             scores = self.snap("scores", scores)
             # 6. Causal mask: forbidden scores become -inf.
             mask_t = self.snap("mask", Tensor(mask))                    # (B, n, m)
