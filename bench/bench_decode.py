@@ -34,10 +34,8 @@ token). Results go to JSON. Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -45,6 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # glassllm_testing.randomize: trained-like random weights
@@ -278,9 +277,8 @@ def main(argv=None) -> int:
         parser.error("--prompt-len, --new, --repeats and --growth-repeats must be positive")
 
     import torch
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-    from glassllm.checkpoint import atomic_write
 
     model, source = load(args.seed)
     ctx = model.config.max_seq_len
@@ -356,18 +354,9 @@ def main(argv=None) -> int:
         "greedy_tokens_equal_torch": agree,
         "growth": grow,
         "breakdown_us": parts,
-        "environment": {
-            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-            "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "load_average_after": os.getloadavg(),
-            "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
-            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
-        },
+        "environment": environment(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(report, indent=2, default=float) + "\n")
-    print(f"\nwrote {out}")
+    write_report(args.out, report)
     return 0 if math.isfinite(speedup) else 1
 
 

@@ -44,7 +44,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -356,10 +356,9 @@ def main(argv=None) -> int:
         parser.error("--seq >= 64, --train-seq >= 128 and --repeats >= 1 are needed")
 
     import torch
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
     from glassllm import flash
-    from glassllm.checkpoint import atomic_write
 
     torch.set_num_threads(1)
     load_before = os.getloadavg()
@@ -448,17 +447,8 @@ def main(argv=None) -> int:
           f"{'met' if met['forward_memory'] else 'MISSED'}; attention time <= 2x sdpa: "
           f"{'met' if met['forward_time'] else 'MISSED'}; training step at {args.train_seq} "
           f"without a T x T buffer: {'met' if met['no_t_by_t_in_training'] else 'MISSED'}")
-    report["environment"] = {
-        "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        "load_average_before": load_before, "load_average_after": os.getloadavg(),
-        "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
-        "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    report["environment"] = environment(load_before)
+    write_report(args.out, report)
     return 0
 
 

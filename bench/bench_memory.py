@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("glassllm", "torch_sdpa", "torch_eager")
@@ -126,7 +126,6 @@ def main(argv=None) -> int:
     if min(args.batch, args.seq, args.steps, args.runs) < 1 or not set(variants) <= set(VARIANTS):
         parser.error(f"--batch/--seq/--steps/--runs must be positive; --variants a subset of {VARIANTS}")
 
-    from glassllm.checkpoint import atomic_write
 
     load_before = os.getloadavg()
     print(f"peak RSS of training (AdamW, clip 1.0), default config, batch {args.batch} x {args.seq}, float32, "
@@ -151,14 +150,9 @@ def main(argv=None) -> int:
         "batch": args.batch, "seq": args.seq, "steps": args.steps, "runs": args.runs, "dtype": "float32",
         "median_mib": med, "all": runs, "peak_ratio_glassllm_over": ratios,
         "met": {name: r <= 1.0 for name, r in ratios.items()},
-        "environment": {"python": platform.python_version(), "numpy": np.__version__,
-                        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-                        "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "environment": environment(load_before),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_report(args.out, report)
     return 0
 
 

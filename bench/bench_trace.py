@@ -31,9 +31,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -179,9 +178,8 @@ def main(argv=None) -> int:
     one_names = args.one or ["layers.2.attn.softmax", "layers.2.resid_post"]
 
     import torch
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-    from glassllm.checkpoint import atomic_write
 
     config, model, twins, tokens = build(args.seq, args.seed)
     runs = make_runs(model, twins, tokens, one_names)
@@ -224,18 +222,9 @@ def main(argv=None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(), "batch": 1, "seq": args.seq, "dtype": "float32",
         "repeats": args.repeats, "targets": TARGETS, "one_names": one_names, "results": results,
-        "environment": {
-            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-            "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "load_average_after": os.getloadavg(),
-            "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
-            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
-        },
+        "environment": environment(),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_report(args.out, report)
     return 0
 
 

@@ -26,9 +26,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -132,9 +131,8 @@ def main(argv=None) -> int:
         parser.error("--dim must be a multiple of 64")
 
     import torch
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-    from glassllm.checkpoint import atomic_write
 
     n_tokens = args.batch * args.seq
     load_before = os.getloadavg()
@@ -170,18 +168,9 @@ def main(argv=None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(), "batch": args.batch, "seq": args.seq, "dtype": "float32",
         "repeats": args.repeats, "results": results,
-        "environment": {
-            "python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
-            "machine": platform.machine(), "cpu_count": os.cpu_count(),
-            "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "threadpools": [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()],
-            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
-        },
+        "environment": environment(load_before),
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(report, indent=2) + "\n")
-    print(f"\nwrote {out}")
+    write_report(args.out, report)
     return 0
 
 

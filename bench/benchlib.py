@@ -1,0 +1,43 @@
+"""What every benchmark script records about the machine, and how it writes its JSON.
+
+Benchmarks run as scripts (``python bench/bench_x.py``), so this folder is on
+``sys.path`` and they import it as ``benchlib``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+
+def environment(load_before=None) -> dict:
+    """Versions, CPU count, BLAS thread pools, OPENBLAS_* variables and the load average."""
+    from threadpoolctl import threadpool_info
+
+    env = {"python": platform.python_version(), "numpy": np.__version__,
+           "machine": platform.machine(), "cpu_count": os.cpu_count()}
+    try:
+        import torch
+        env["torch"] = torch.__version__
+    except ImportError:
+        pass
+    if load_before is not None:
+        env["load_average_before"] = load_before
+    env["load_average_after"] = os.getloadavg()
+    env["threadpools"] = [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()]
+    env["openblas_env"] = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")}
+    return env
+
+
+def write_report(path, report: dict) -> None:
+    """Write ``report`` as indented JSON, atomically (numpy scalars become floats)."""
+    from glassllm.checkpoint import atomic_write
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(report, indent=2, default=float) + "\n")
+    print(f"\nwrote {out}")
