@@ -76,6 +76,14 @@ def load(path):
     return run
 
 
+def quiet(fn):
+    """``fn`` with NumPy's overflow warnings off (the error it raises is what the case judges)."""
+    def run(env):
+        with np.errstate(all="ignore"):
+            return fn(env)
+    return run
+
+
 def tok_call(method, *args, **kw):
     def run(env):
         return getattr(env.tok, method)(*args, **kw)
@@ -366,6 +374,14 @@ _FILES = [
 for path, words in _FILES:
     API_CASES.append(Case(A, "bad model or tokenizer file", f"load_model({path!r})", load(path), words))
 API_CASES += [
+    Case(A, "bad model or tokenizer file", "evaluate(model of 'overflow.safetensors', ids, tok, seq_len=16)",
+         quiet(lambda env: __import__("glassllm.train", fromlist=["x"]).evaluate(
+             load("overflow.safetensors")(env)[0], env.tok.encode("once upon a time there was a cat"), env.tok,
+             seq_len=16)),
+         ("loss", "not finite")),
+    Case(A, "bad model or tokenizer file", "generate(model of 'overflow.safetensors', tok, 'hi', max_new_tokens=4)",
+         quiet(lambda env: list(__import__("glassllm.generate", fromlist=["x"]).generate(
+             load("overflow.safetensors")(env)[0], env.tok, "hi", max_new_tokens=4))), ("logits", "NaN")),
     Case(A, "bad model or tokenizer file", "Tokenizer.load('missing.json')",
          lambda env: type(env.tok).load("missing.json"), ("missing.json", "not found")),
     Case(A, "bad model or tokenizer file", "Tokenizer.load('bad-tokenizer.json')",
@@ -601,6 +617,11 @@ for path, words in _FILES:
 CLI_CASES += [
     C("bad model or tokenizer file", ["eval", "--model", "truncated.safetensors", "--data", "train.txt"],
       ("truncated.safetensors", "truncated")),
+    C("bad model or tokenizer file", ["eval", "--model", "overflow.safetensors", "--data", "train.txt", "--seq-len",
+                                      "16"],
+      ("loss", "not finite")),
+    C("bad model or tokenizer file", ["generate", "hi", "--model", "overflow.safetensors", "--max-new-tokens", "4"],
+      ("logits", "NaN")),
     C("bad model or tokenizer file", ["export", "huge-shape.safetensors", "hf-out"],
       ("huge-shape.safetensors", "(1000000, 1000000)")),
     C("bad model or tokenizer file", ["inspect", "hi", "--model", "pickle.pt", "--html", "page.html"],

@@ -202,6 +202,12 @@ def build_env(root: Path) -> Env:
                            else rng.standard_normal(v.shape) / math.sqrt(v.shape[-1])
                            for k, v in model.state_dict().items()})
     save_model(root / "tiny.safetensors", model, tok)
+    state = model.state_dict()
+    for w in ("wq", "wk"):                            # finite weights whose scores overflow float32
+        state[f"layers.1.attention.{w}.weight"] = state[f"layers.1.attention.{w}.weight"] * 1e21
+    overflow = Transformer(config, seed=0)
+    overflow.load_state_dict(state)
+    save_model(root / "overflow.safetensors", overflow, tok)
     tok.save(root / "tok.json")
     tok_other.save(root / "tok280.json")
     make_bad_files(root, model, tok, tok_other)

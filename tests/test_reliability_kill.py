@@ -37,7 +37,7 @@ from test_reliability_inventory import stories
 CHILD = (
     "import sys, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, safetensors.numpy, tqdm\n"
     "from glassllm.cli import main\nimport glassllm.train, glassllm.tokenizer\n"
-    "print('READY', flush=True)\nsys.exit(main(sys.argv[1:]))\n"
+    "print('READY', glassllm.__file__, flush=True)\nsys.exit(main(sys.argv[1:]))\n"
 )
 
 
@@ -52,9 +52,10 @@ def _start(argv: list[str], env: dict) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", CHILD, *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
-    if line.strip() != "READY":
+    code = env.get("PYTHONPATH", "").split(os.pathsep)[0]
+    if not (line.startswith("READY ") and line.split()[1].startswith(code)):
         proc.kill()
-        raise AssertionError(f"the child did not start: {line!r} {proc.stderr.read()}")
+        raise AssertionError(f"the child did not start on the campaign's code {code}: {line!r} {proc.stderr.read()}")
     return proc
 
 
@@ -97,7 +98,16 @@ def kill_campaign(folder: Path, kills: int, seed: int = 0, log=None) -> dict:
     text = stories(400, 3)
     (folder / "train.txt").write_text(text, encoding="utf-8")
     Tokenizer.train([text], vocab_size=300).save(folder / "tok.json")
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # Every process of the campaign runs one copy of the code: a shared checkout may change under a
+    # long campaign, and bit-identical resume is only promised for the same code.
+    import shutil
+
+    import glassllm
+
+    code = folder / "code"
+    shutil.copytree(Path(glassllm.__file__).parent, code / "glassllm", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
     steps = 4 * kills + 10
     rng = np.random.default_rng(seed)
 

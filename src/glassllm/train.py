@@ -306,6 +306,9 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
         if full * seq_len + 1 < end:                                           # the short last window
             tail = np.asarray(ids[full * seq_len:end], dtype=np.int64)[None]   # (1, t+1)
             nats += _nats(model, tail[:, :-1], tail[:, 1:])
+    if not math.isfinite(nats):
+        raise ValueError(f"the model's loss on this text is {nats} (not finite): its numbers overflow; "
+                         "check the model file (glassllm.train.find_non_finite names the first bad snapshot)")
     tokens = end - 1
     n_bytes = len(tokenizer.decode_bytes(np.asarray(ids[1:end], dtype=np.int64)))
     loss = nats / tokens
