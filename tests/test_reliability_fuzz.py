@@ -23,10 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from test_reliability_inventory import get_env, has_nan
+pytest.importorskip("hypothesis")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from test_reliability_inventory import get_env, has_nan  # noqa: E402
 
 RUN: Counter = Counter()                 # property -> examples run (read by tools/reliability_report.py)
 SCALE = int(os.environ.get("GLASSLLM_FUZZ_EXAMPLES", "0"))
