@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 
-__all__ = ["ModelConfig"]
+__all__ = ["JsonConfig", "ModelConfig"]
 
 
 def _llama_ffn_dim(dim: int, multiple_of: int = 32) -> int:
@@ -39,13 +39,51 @@ def _finite(x) -> bool:
         return False
 
 
+class JsonConfig:
+    """``to_dict``/``to_json`` and strict ``from_dict``/``from_json`` for a frozen config dataclass.
+
+    ``from_dict`` refuses unknown keys (naming them) and lets ``__post_init__``
+    validate every value. ``KIND`` names the config in error messages.
+    """
+
+    KIND = "config"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise TypeError(f"{cls.KIND} must be a dict, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.KIND} key(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, s: str):
+        try:
+            d = json.loads(s)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{cls.KIND} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ValueError(f"{cls.KIND} is not valid JSON: nested too deeply") from None
+        return cls.from_dict(d)
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(JsonConfig):
     """Hyperparameters of a glassllm decoder.
 
     >>> ModelConfig().head_dim, ModelConfig().ffn_dim
     (32, 352)
     """
+
+    KIND = "model config"
 
     vocab_size: int = 1024
     dim: int = 128
@@ -88,32 +126,6 @@ class ModelConfig:
     def n_rep(self) -> int:
         """How many query heads share one key/value head."""
         return self.n_heads // self.n_kv_heads
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "ModelConfig":
-        if not isinstance(d, dict):
-            raise TypeError(f"model config must be a dict, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown model config key(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**d)
-
-    @classmethod
-    def from_json(cls, s: str) -> "ModelConfig":
-        try:
-            d = json.loads(s)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"model config is not valid JSON: {e}") from None
-        except RecursionError:
-            raise ValueError("model config is not valid JSON: nested too deeply") from None
-        return cls.from_dict(d)
 
     @staticmethod
     def llama_ffn_dim(dim: int, multiple_of: int = 32) -> int:

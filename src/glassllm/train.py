@@ -61,7 +61,7 @@ import numpy as np
 
 from .autograd import no_grad
 from .checkpoint import atomic_path, atomic_write, make_folder, save_model
-from .config import ModelConfig
+from .config import JsonConfig, ModelConfig
 from .data import WindowSampler, resolve_sources, text_sha256s, token_ids
 from .nn import Transformer
 from .optim import AdamW, clip_grad_norm, global_norm, lr_at
@@ -81,12 +81,14 @@ _DTYPES = {"float32": np.float32, "float64": np.float64}
 # ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Every number that decides a training run. The defaults made the bundled model.
 
     >>> TrainConfig().tokens_per_step
     4096
     """
+
+    KIND = "train config"
 
     steps: int = 1500            # optimiser steps
     batch_size: int = 16         # windows per micro-batch (B)
@@ -141,22 +143,6 @@ class TrainConfig:
     def lr_at(self, step: int) -> float:
         """Learning rate of 0-based optimiser step ``step``."""
         return lr_at(step, self.lr, self.warmup_steps, self.steps, self.min_lr)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        if not isinstance(d, dict):
-            raise TypeError(f"train config must be a dict, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown train config key(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**d)
 
 
 # ----------------------------------------------------------------------------
