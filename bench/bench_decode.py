@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from benchlib import environment, time_round_robin, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # glassllm_testing.randomize: trained-like random weights
@@ -156,27 +156,6 @@ def glassllm_run(model, prompt, new, stamps=None, **kw):
         if stamps is not None:
             stamps.append((time.perf_counter(), time.process_time()))
     return out
-
-
-def time_round_robin(runs: dict, repeats: int) -> tuple[dict, dict, dict]:
-    """Warm each run up once, then time ``repeats`` interleaved rounds.
-
-    Returns (wall seconds, CPU seconds of this process, outputs). On a shared
-    machine the CPU time is the steadier of the two (everything here runs on
-    one thread, so CPU time never exceeds wall time by much).
-    """
-    names = list(runs)
-    outputs = {name: runs[name]() for name in names}  # warm-up
-    wall = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            c0, t0 = time.process_time(), time.perf_counter()
-            runs[name]()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    return wall, cpu, outputs
 
 
 def growth(step_runs: dict, prompt_len: int, ctx: int, repeats: int, window: int = 16) -> dict:

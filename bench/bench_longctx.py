@@ -47,12 +47,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from benchlib import environment, time_round_robin, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -183,20 +182,6 @@ def train_step_runs(T: int, names):
 # ----------------------------------------------------------------------------
 # Measuring
 # ----------------------------------------------------------------------------
-
-def time_round_robin(runs: dict, repeats: int) -> dict:
-    """Warm each run up once, then ``repeats`` interleaved rounds; name -> list of seconds."""
-    names = list(runs)
-    for name in names:
-        runs[name]()
-    times = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            t0 = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - t0)
-    return times
-
 
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
@@ -331,7 +316,7 @@ def tune(repeats: int) -> dict:
         runs[f"fwd4096 bq={bq} bk={bk} tile={tile >> 10}K"] = fwd4096
         runs[f"train16x256 bq={bq} bk={bk} tile={tile >> 10}K"] = train256
     try:
-        times = time_round_robin(runs, repeats)
+        times = time_round_robin(runs, repeats)[0]
     finally:
         flash.TILE_BYTES = saved
     return {name: statistics.median(ts) for name, ts in times.items()}
@@ -376,7 +361,7 @@ def main(argv=None) -> int:
         runs = attention_runs(T, ["glassllm_flash", "glassllm_packed", "torch_sdpa"])
         ref = runs["torch_sdpa"]().numpy()
         agree = float(np.abs(runs["glassllm_flash"]() - ref).max())
-        times = time_round_robin(runs, args.repeats)
+        times = time_round_robin(runs, args.repeats)[0]
         med = {n: statistics.median(ts) for n, ts in times.items()}
         memory = {n: in_fresh_process("attention", n, T)
                   for n in ("glassllm_flash", "glassllm_packed", "torch_sdpa", "glassllm_dense")}
@@ -396,7 +381,7 @@ def main(argv=None) -> int:
         # 2. model forward
         runs = model_forward_runs(T, ["glassllm", "torch_sdpa"])
         agree = float(np.abs(runs["glassllm"]() - runs["torch_sdpa"]()).max())
-        times = time_round_robin(runs, args.repeats)
+        times = time_round_robin(runs, args.repeats)[0]
         med = {n: statistics.median(ts) for n, ts in times.items()}
         memory = {n: in_fresh_process("model_forward", n, T) for n in ("glassllm", "torch_sdpa")}
         report["model_forward"] = {
@@ -412,7 +397,7 @@ def main(argv=None) -> int:
         # 3. training step at 2048
         T2 = args.train_seq
         runs = train_step_runs(T2, ["glassllm", "torch_sdpa"])
-        times = time_round_robin(runs, args.repeats)
+        times = time_round_robin(runs, args.repeats)[0]
         med = {n: statistics.median(ts) for n, ts in times.items()}
         memory = {n: in_fresh_process("train_step", n, T2) for n in ("glassllm", "torch_sdpa")}
         traced = traced_peak_train_step(T2)

@@ -25,12 +25,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from benchlib import environment, time_round_robin, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -84,20 +83,6 @@ def make_steps(model, twins, tokens, targets):
     return {"glassllm": glassllm_step, **{name: torch_step(twin) for name, twin in twins.items()}}
 
 
-def time_round_robin(steps: dict, repeats: int) -> tuple[dict, dict]:
-    """Warm each step up once, then time ``repeats`` interleaved rounds; returns (times, losses)."""
-    names = list(steps)
-    losses = {name: steps[name]() for name in names}  # warm-up (allocations, caches)
-    times = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            t0 = time.perf_counter()
-            steps[name]()
-            times[name].append(time.perf_counter() - t0)
-    return times, losses
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=16)
@@ -126,7 +111,7 @@ def main(argv=None) -> int:
     for k in threads:
         torch.set_num_threads(k)
         with threadpool_limits(limits=k):
-            times, losses = time_round_robin(steps, args.repeats)
+            times, _, losses = time_round_robin(steps, args.repeats)
         med = {name: statistics.median(ts) for name, ts in times.items()}
         ref_loss = losses["torch_eager"]
         agree = abs(losses["glassllm"] - ref_loss) / abs(ref_loss)

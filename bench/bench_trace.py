@@ -34,13 +34,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 import timeit
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from benchlib import environment, time_round_robin, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -121,22 +120,6 @@ def make_runs(model, twins, tokens, one_names):
     runs["torch_sdpa"] = torch_run(twins["torch_sdpa"], False)
     runs["torch_capture"] = torch_run(twins["torch_capture"], True)
     return runs
-
-
-def time_round_robin(runs: dict, repeats: int) -> tuple[dict, dict, dict]:
-    """Warm each run up once, then ``repeats`` interleaved rounds: (wall times, CPU times, outputs)."""
-    names = list(runs)
-    outputs = {name: runs[name]() for name in names}  # warm-up
-    wall = {name: [] for name in names}
-    cpu = {name: [] for name in names}
-    for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            c0, t0 = time.process_time(), time.perf_counter()
-            runs[name]()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
-    return wall, cpu, outputs
 
 
 def hook_cost(model, tokens) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,3 +42,23 @@ def write_report(path, report: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(report, indent=2, default=float) + "\n")
     print(f"\nwrote {out}")
+
+
+def time_round_robin(runs: dict, repeats: int) -> tuple[dict, dict, dict]:
+    """Warm each run up once, then time ``repeats`` interleaved rounds A B C, B C A, ...
+
+    Returns (wall seconds, CPU seconds of this process, warm-up outputs), each a
+    dict keyed like ``runs``. Rotating the order spreads a noisy neighbour over
+    every run; on a shared machine the CPU time is the steadier figure.
+    """
+    names = list(runs)
+    outputs = {name: runs[name]() for name in names}  # warm-up (allocations, caches)
+    wall = {name: [] for name in names}
+    cpu = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            runs[name]()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return wall, cpu, outputs
