@@ -142,6 +142,10 @@ CASES = [
     Case("softmax_axis0", lambda a: ag.softmax(a, axis=0), lambda T, a: T.softmax(a, 0), _n((3, 5))),
     Case("softmax_dead_row", lambda a: ag.softmax(ag.masked_fill(a, DEAD_ROWS, NEG_INF)),
          lambda T, a: _t_safe_softmax(T, a.masked_fill(_t(T, DEAD_ROWS), float("-inf"))), _n((3, 4))),
+    Case("masked_softmax_dead_row", lambda a: ag.masked_softmax(a, DEAD_ROWS),
+         lambda T, a: _t_safe_softmax(T, a.masked_fill(_t(T, DEAD_ROWS), float("-inf"))), _n((3, 4))),
+    Case("masked_softmax_bcast_axis0", lambda a: ag.masked_softmax(a, MASK_BCAST, axis=0),
+         lambda T, a: _t_safe_softmax(T, a.masked_fill(_t(T, MASK_BCAST), float("-inf")), dim=0), _n((3, 4))),
     Case("log_softmax", lambda a: ag.log_softmax(a, axis=-1), lambda T, a: T.log_softmax(a, -1), _n((3, 5))),
     Case("cross_entropy_ignore", lambda a: ag.cross_entropy(a, TARGETS),
          lambda T, a: _F(T).cross_entropy(a.reshape(-1, 5), _t(T, TARGETS).reshape(-1)), _n((2, 4, 5))),
@@ -193,7 +197,7 @@ CASES = [
 # Every primitive the module exports must appear in the table (softmax_np is
 # NumPy-only and tested below; tensor is the constructor).
 _COVERED_BY = {"add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp", "log", "sqrt",
-               "rsqrt", "sigmoid", "silu", "softmax", "log_softmax", "cross_entropy", "reshape", "transpose",
+               "rsqrt", "sigmoid", "silu", "softmax", "masked_softmax", "log_softmax", "cross_entropy", "reshape", "transpose",
                "getitem", "embedding", "concatenate", "split", "repeat_interleave", "masked_fill", "where",
                "linear", "rms_norm", "rope", "attention", "swiglu"}
 

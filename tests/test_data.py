@@ -113,6 +113,36 @@ def test_sampler_state_round_trips_through_json():
         assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
 
 
+@pytest.mark.parametrize("seq_len", [8, 9, 16])
+def test_repeated_windows_copy_their_first_half(seq_len):
+    ids = (np.arange(3000) * 7919 % 1021).astype(np.uint16)      # no short cycles: a copy is a real copy
+    s = WindowSampler(ids, seq_len, 200, np.random.default_rng(3), repeat_fraction=0.25)
+    x, y = s.next_batch()
+    rows = np.concatenate([x, y[:, -1:]], axis=1)                # (B, T+1), the sampled text
+    h = -(-(seq_len + 1) // 2)                                   # ceil((T+1)/2), worked out by hand
+    plain = np.array([np.array_equal(r, ids[np.flatnonzero(ids == r[0])[0]:][:seq_len + 1]) for r in rows])
+    copied = np.array([np.array_equal(r[h:], r[:seq_len + 1 - h]) for r in rows])
+    assert np.all(plain ^ copied)                                # each row is one kind or the other
+    assert np.all(y[:, :-1] == x[:, 1:])                         # targets stay the next token
+    for r in rows[copied]:                                       # a copied row's first half is real text
+        start = np.flatnonzero(ids == r[0])[0]
+        assert np.array_equal(r[:h], ids[start:start + h])
+    # the share follows the draw the docstring describes: B starts, then B uniforms
+    rng = np.random.default_rng(3)
+    rng.integers(0, len(ids) - seq_len, size=200)
+    assert np.array_equal(copied, rng.random(200) < 0.25)
+
+
+def test_repeat_fraction_zero_draws_the_same_windows_as_before():
+    ids = np.arange(500, dtype=np.uint16)
+    a = WindowSampler(ids, 8, 4, np.random.default_rng(7))
+    b = WindowSampler(ids, 8, 4, np.random.default_rng(7), repeat_fraction=0.0)
+    for _ in range(3):
+        assert all(np.array_equal(u, v) for u, v in zip(a.next_batch(), b.next_batch()))
+    with pytest.raises(ValueError, match="repeat_fraction must be between 0 and 1, got 1.5"):
+        WindowSampler(ids, 8, 4, np.random.default_rng(7), repeat_fraction=1.5)
+
+
 def test_sampler_rejects_short_data_and_bad_rng():
     with pytest.raises(ValueError, match="fewer than one window"):
         WindowSampler(np.arange(8, dtype=np.uint16), 8, 1, np.random.default_rng(0))

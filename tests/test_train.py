@@ -67,7 +67,8 @@ def test_default_config_is_the_bundled_recipe():
     ({"steps": 0}, "steps must be >= 1"), ({"lr": -1.0}, "lr must be > 0"),
     ({"min_lr": 1.0}, "min_lr"), ({"beta2": 1.0}, "beta2"), ({"dtype": "float16"}, "dtype"),
     ({"grad_clip": -1.0}, "grad_clip"), ({"batch_size": 2.5}, "must be an int"),
-    ({"lr": float("nan")}, "finite"),
+    ({"lr": float("nan")}, "finite"), ({"repeat_fraction": -0.1}, r"repeat_fraction must be in \[0, 1\], got -0.1"),
+    ({"repeat_fraction": "0.2"}, "repeat_fraction must be a finite number"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -220,11 +221,12 @@ def _state(folder):
         return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-def test_resume_is_bit_identical(texts, tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5)], ids=["plain", "repeated-windows"])
+def test_resume_is_bit_identical(texts, tmp_path, extra):
     train, valid = texts
     straight, chunked = tmp_path / "straight", tmp_path / "chunked"
-    _cli(*_train_args(train, valid, straight))
-    _cli(*_train_args(train, valid, chunked), "--until", 10)
+    _cli(*_train_args(train, valid, straight), *extra)
+    _cli(*_train_args(train, valid, chunked), *extra, "--until", 10)
     assert _state(chunked)[1]["step"] == "10"
     _cli("train", "--out", chunked, "--resume", "--no-progress")        # a fresh process, no other options
 

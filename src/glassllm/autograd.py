@@ -38,7 +38,7 @@ keep_freed_memory()
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "softmax_np",
     "add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
-    "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
+    "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "masked_softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
     "concatenate", "split", "repeat_interleave", "masked_fill", "where",
     "linear", "rms_norm", "rope", "attention", "swiglu",
@@ -561,6 +561,29 @@ def softmax(a, axis: int = -1) -> Tensor:
 
     def backward(g):
         # dx = p * (g - <g, p>) along the axis
+        return (p * (g - (g * p).sum(axis=axis, keepdims=True)),)
+    return _make(p, (a,), backward)
+
+
+def masked_softmax(a, mask, axis: int = -1) -> Tensor:
+    """``softmax(masked_fill(a, mask, -inf), axis)`` as one op: one new array, filled in place.
+
+    The mask (bool, True = forbidden, broadcast to ``a``) drops those entries from
+    the softmax: their weight is exactly 0, and so is their gradient. A row with
+    every entry forbidden gives zeros (see :func:`softmax_np`).
+    """
+    a = _as_tensor(a)
+    mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"masked_softmax needs a bool mask, got dtype {mask.dtype}")
+    if a.dtype.kind != "f":
+        raise TypeError(f"masked_softmax needs floating-point scores, got dtype {a.dtype}")
+    p = np.where(mask, np.asarray(-np.inf, dtype=a.dtype), a.data)
+    if p.shape != a.shape:
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {a.shape}")
+    _softmax_inplace(p, axis)
+
+    def backward(g):
         return (p * (g - (g * p).sum(axis=axis, keepdims=True)),)
     return _make(p, (a,), backward)
 

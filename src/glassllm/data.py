@@ -146,6 +146,12 @@ class WindowSampler:
     ``y = ids[s+1 : s+T+1]``. :meth:`state` / :meth:`set_state` save and restore
     the exact position (the bit generator's state and the batch count).
 
+    With ``repeat_fraction`` r > 0, each row is, with probability r, a *repeated*
+    window instead: its first h = ceil((T+1)/2) tokens are ``ids[s : s+h]`` and the
+    rest repeats them from the start, so the second half can be predicted by copying
+    the first. Such rows teach a small model to copy (induction heads); with r = 0
+    the sampler draws exactly the same numbers as one without the option.
+
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
     >>> x, y = s.next_batch()
@@ -153,18 +159,28 @@ class WindowSampler:
     (True, (2, 3))
     """
 
-    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, rng: np.random.Generator):
+    def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, rng: np.random.Generator,
+                 repeat_fraction: float = 0.0):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
         if len(ids) < seq_len + 1:
             raise ValueError(f"the data has {len(ids)} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}")
+        if not 0.0 <= repeat_fraction <= 1.0:
+            raise ValueError(f"repeat_fraction must be between 0 and 1, got {repeat_fraction!r}")
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
+        self.repeat_fraction = float(repeat_fraction)
         self.batches = 0
         self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
+        half = (self.seq_len + 2) // 2                                       # h = ceil((T+1)/2)
+        self._repeat_offsets = self._offsets % half                          # 0 .. h-1, 0 .. T-h
 
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
         starts = self.rng.integers(0, len(self.ids) - self.seq_len, size=self.batch_size)  # (B,)
-        rows = np.asarray(self.ids[starts[:, None] + self._offsets], dtype=np.int64)     # (B, T+1)
+        offsets = np.broadcast_to(self._offsets, (self.batch_size, self.seq_len + 1))
+        if self.repeat_fraction > 0:
+            repeat = self.rng.random(self.batch_size) < self.repeat_fraction        # (B,)
+            offsets = np.where(repeat[:, None], self._repeat_offsets, offsets)
+        rows = np.asarray(self.ids[starts[:, None] + offsets], dtype=np.int64)       # (B, T+1)
         self.batches += 1
         return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)
 

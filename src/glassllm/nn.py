@@ -355,11 +355,10 @@ class Attention(Module):
             #    up to rounding).
             scores = ag.matmul(q * scale, keys_h.transpose(0, 1, 3, 2))  # (B, H, n, m)
             scores = self.snap("scores", scores)
-            # 6. Causal mask: forbidden scores become -inf.
+            # 6. Causal mask: forbidden scores become -inf, and 7. softmax over the keys
+            #    (one op, masked_softmax = softmax(masked_fill(scores, mask, -inf))).
             mask_t = self.snap("mask", Tensor(mask))                    # (B, n, m)
-            masked = ag.masked_fill(scores, mask_t.data[:, None], -np.inf)  # (B, H, n, m)
-            # 7. Softmax over the keys.
-            weights = self.snap("softmax", ag.softmax(masked, axis=-1))  # (B, H, n, m)
+            weights = self.snap("softmax", ag.masked_softmax(scores, mask_t.data[:, None]))  # (B, H, n, m)
             # 8. Mix the values.
             mix = ag.matmul(weights, values_h)                           # (B, H, n, D)
         mix = self.snap("mix", mix)

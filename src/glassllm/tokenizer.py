@@ -607,6 +607,9 @@ class Tokenizer:
     # -- decoding and display ------------------------------------------------
 
     def _check_ids(self, ids) -> list[int]:
+        n = len(self._bytes)
+        if type(ids) is list and all(type(i) is int and 0 <= i < n for i in ids):
+            return ids  # the common case (one decoding step's [id]), checked without the general walk
         if isinstance(ids, np.ndarray):
             if ids.ndim != 1 or ids.dtype.kind not in "iu":
                 raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
@@ -614,7 +617,6 @@ class Tokenizer:
         elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
             raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
         ids = list(ids)
-        n = len(self._bytes)
         for i in ids:
             if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
                 raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")

@@ -102,6 +102,7 @@ class TrainConfig(JsonConfig):
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
+    repeat_fraction: float = 0.0 # share of windows that are a span of text followed by itself
     seed: int = 1337             # model init and batch sampling
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
@@ -117,7 +118,7 @@ class TrainConfig(JsonConfig):
                 raise TypeError(f"TrainConfig.{name} must be an int, got {value!r}")
             if value < low:
                 raise ValueError(f"TrainConfig.{name} must be >= {low}, got {value}")
-        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "repeat_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise TypeError(f"TrainConfig.{name} must be a finite number, got {value!r}")
@@ -133,6 +134,8 @@ class TrainConfig(JsonConfig):
         if self.weight_decay < 0 or self.grad_clip < 0:
             bad = "weight_decay" if self.weight_decay < 0 else "grad_clip"
             raise ValueError(f"TrainConfig.{bad} must be >= 0, got {getattr(self, bad)}")
+        if not 0 <= self.repeat_fraction <= 1:
+            raise ValueError(f"TrainConfig.repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"TrainConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
@@ -361,7 +364,7 @@ class Trainer:
         self.valid_ids = (token_ids(self.valid_files, tokenizer, self.cache_dir, self.valid_hashes)
                           if self.valid_files else None)
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size,
-                                     np.random.default_rng(data_seq))
+                                     np.random.default_rng(data_seq), config.repeat_fraction)
         self.step = 0
         self.elapsed = 0.0
         self.history: list[dict] = []
@@ -427,7 +430,8 @@ class Trainer:
         self.train_ids = token_ids(self.train_files, self.tokenizer, self.cache_dir, self.train_hashes)
         self.valid_ids = (token_ids(self.valid_files, self.tokenizer, self.cache_dir, self.valid_hashes)
                           if self.valid_files else None)
-        self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, np.random.default_rng(0))
+        self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, np.random.default_rng(0),
+                                     config.repeat_fraction)
         self.sampler.set_state(json.loads(meta["sampler"]))
         self.step = int(meta["step"])
         self.elapsed = float(meta["elapsed_s"])
@@ -586,6 +590,7 @@ _TRAIN_HELP = {
     "beta2": "AdamW second-moment decay",
     "eps": "AdamW epsilon",
     "grad_clip": "clip gradients to this global L2 norm (0 = off)",
+    "repeat_fraction": "share of training windows made of a span of text followed by itself (teaches copying)",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "dtype": "float32 or float64",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",
