@@ -113,24 +113,26 @@ def test_sampler_state_round_trips_through_json():
         assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
 
 
-@pytest.mark.parametrize("seq_len", [8, 9, 16])
-def test_repeated_windows_copy_their_first_half(seq_len):
-    ids = (np.arange(3000) * 7919 % 1021).astype(np.uint16)      # no short cycles: a copy is a real copy
-    s = WindowSampler(ids, seq_len, 200, np.random.default_rng(3), repeat_fraction=0.25)
+@pytest.mark.parametrize("seq_len", [8, 9, 16, 255])
+def test_repeated_windows_repeat_a_span_of_text(seq_len):
+    ids = (np.arange(3000) * 7919 % 1021).astype(np.uint16)      # no short cycles: a repeat is a real repeat
+    B = 400
+    s = WindowSampler(ids, seq_len, B, np.random.default_rng(3), repeat_fraction=0.25)
     x, y = s.next_batch()
     rows = np.concatenate([x, y[:, -1:]], axis=1)                # (B, T+1), the sampled text
-    h = -(-(seq_len + 1) // 2)                                   # ceil((T+1)/2), worked out by hand
-    plain = np.array([np.array_equal(r, ids[np.flatnonzero(ids == r[0])[0]:][:seq_len + 1]) for r in rows])
-    copied = np.array([np.array_equal(r[h:], r[:seq_len + 1 - h]) for r in rows])
-    assert np.all(plain ^ copied)                                # each row is one kind or the other
     assert np.all(y[:, :-1] == x[:, 1:])                         # targets stay the next token
-    for r in rows[copied]:                                       # a copied row's first half is real text
-        start = np.flatnonzero(ids == r[0])[0]
-        assert np.array_equal(r[:h], ids[start:start + h])
-    # the share follows the draw the docstring describes: B starts, then B uniforms
+    # The documented draws: B starts, B uniforms, B periods between ceil((T+1)/8) and ceil((T+1)/2).
     rng = np.random.default_rng(3)
-    rng.integers(0, len(ids) - seq_len, size=200)
-    assert np.array_equal(copied, rng.random(200) < 0.25)
+    starts = rng.integers(0, len(ids) - seq_len, size=B)
+    repeat = rng.random(B) < 0.25
+    period = rng.integers(-(-(seq_len + 1) // 8), -(-(seq_len + 1) // 2) + 1, size=B)
+    for row, st, rep, h in zip(rows, starts, repeat, period):
+        if rep:                                                  # the span ids[st : st+h], over and over
+            expected = np.concatenate([ids[st:st + h]] * (seq_len // h + 1))[:seq_len + 1]
+        else:
+            expected = ids[st:st + seq_len + 1]
+        assert np.array_equal(row, expected)
+    assert 0.15 < repeat.mean() < 0.35 and len(set(period[repeat].tolist())) > 1
 
 
 def test_repeat_fraction_zero_draws_the_same_windows_as_before():

@@ -578,9 +578,13 @@ def masked_softmax(a, mask, axis: int = -1) -> Tensor:
         raise TypeError(f"masked_softmax needs a bool mask, got dtype {mask.dtype}")
     if a.dtype.kind != "f":
         raise TypeError(f"masked_softmax needs floating-point scores, got dtype {a.dtype}")
-    p = np.where(mask, np.asarray(-np.inf, dtype=a.dtype), a.data)
-    if p.shape != a.shape:
-        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {a.shape}")
+    try:
+        if np.broadcast_shapes(mask.shape, a.shape) != a.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {a.shape}") from None
+    p = a.data.copy()                              # a copy and a masked write beat np.where
+    np.copyto(p, np.asarray(-np.inf, dtype=a.dtype), where=mask)
     _softmax_inplace(p, axis)
 
     def backward(g):

@@ -147,10 +147,14 @@ class WindowSampler:
     the exact position (the bit generator's state and the batch count).
 
     With ``repeat_fraction`` r > 0, each row is, with probability r, a *repeated*
-    window instead: its first h = ceil((T+1)/2) tokens are ``ids[s : s+h]`` and the
-    rest repeats them from the start, so the second half can be predicted by copying
-    the first. Such rows teach a small model to copy (induction heads); with r = 0
-    the sampler draws exactly the same numbers as one without the option.
+    window instead: a period h is drawn uniformly from ceil((T+1)/8) .. ceil((T+1)/2),
+    and the row is ``ids[s : s+h]`` over and over (row[i] = ids[s + i % h]), so
+    everything after the first h tokens can be predicted by copying. Because h
+    varies, no fixed look-back distance finds the copy: the model has to match
+    content -- find where the current token occurred before, and read what came
+    next (an induction head). With r = 0 the sampler draws exactly the same
+    numbers as one without the option. The draws per batch: B starts, then (r > 0)
+    B uniforms for "repeat?", then B periods.
 
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
@@ -171,15 +175,15 @@ class WindowSampler:
         self.repeat_fraction = float(repeat_fraction)
         self.batches = 0
         self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
-        half = (self.seq_len + 2) // 2                                       # h = ceil((T+1)/2)
-        self._repeat_offsets = self._offsets % half                          # 0 .. h-1, 0 .. T-h
+        self._periods = (-(-(self.seq_len + 1) // 8), -(-(self.seq_len + 1) // 2))  # h from .. to (inclusive)
 
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
         starts = self.rng.integers(0, len(self.ids) - self.seq_len, size=self.batch_size)  # (B,)
         offsets = np.broadcast_to(self._offsets, (self.batch_size, self.seq_len + 1))
         if self.repeat_fraction > 0:
             repeat = self.rng.random(self.batch_size) < self.repeat_fraction        # (B,)
-            offsets = np.where(repeat[:, None], self._repeat_offsets, offsets)
+            period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=self.batch_size)  # (B,)
+            offsets = np.where(repeat[:, None], self._offsets % period[:, None], offsets)
         rows = np.asarray(self.ids[starts[:, None] + offsets], dtype=np.int64)       # (B, T+1)
         self.batches += 1
         return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)

@@ -102,7 +102,7 @@ class TrainConfig(JsonConfig):
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
-    repeat_fraction: float = 0.0 # share of windows that are a span of text followed by itself
+    repeat_fraction: float = 0.0 # share of windows that are one span of text, repeated
     seed: int = 1337             # model init and batch sampling
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
@@ -590,7 +590,7 @@ _TRAIN_HELP = {
     "beta2": "AdamW second-moment decay",
     "eps": "AdamW epsilon",
     "grad_clip": "clip gradients to this global L2 norm (0 = off)",
-    "repeat_fraction": "share of training windows made of a span of text followed by itself (teaches copying)",
+    "repeat_fraction": "share of training windows that repeat one span of text over and over (teaches copying: induction heads)",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "dtype": "float32 or float64",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",
