@@ -141,9 +141,10 @@ def _weights(path) -> dict[str, np.ndarray]:
 
 
 def test_one_process_trainer_takes_glassllm_train_steps(tmp_path, corpus):
-    """Same config and data: the twin's run equals glassllm.train's, step for step (float64)."""
+    """Same config and data: the twin's run equals glassllm.train's, step for step (float64),
+    repeated windows included; either trainer resumes the other's run, and its own."""
     text, tok, _ = corpus
-    config = TrainConfig(**TRAIN, dtype="float64")
+    config = TrainConfig(**TRAIN, dtype="float64", repeat_fraction=0.5)
     mc = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
     trainer = Trainer(config, mc, [text], tmp_path / "glass", tokenizer=tok, cache_dir=tmp_path / "cache",
                       progress=False)
@@ -162,6 +163,13 @@ def test_one_process_trainer_takes_glassllm_train_steps(tmp_path, corpus):
     half = _weights(tmp_path / "half" / "model.safetensors")
     for name in ours:
         np.testing.assert_allclose(half[name], ours[name], rtol=1e-9, atol=1e-12, err_msg=name)
+
+    # The twin resumes its own half-finished run, in a fresh call with no options but the folder.
+    train_ddp.run(config, mc, [text], tmp_path / "own", tok, tmp_path / "cache", until=3, progress=False)
+    assert train_ddp.main(["--out", str(tmp_path / "own"), "--resume", "--no-progress"]) == 0
+    own = _weights(tmp_path / "own" / "model.safetensors")
+    for name in ours:
+        np.testing.assert_allclose(own[name], theirs[name], rtol=0, atol=0, err_msg=name)
 
 
 def _free_port() -> int:

@@ -38,6 +38,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -224,7 +225,8 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
         glass = GlassTransformer(model_config, seed=np.random.default_rng(init_seq), dtype=dtype)
         twin = from_glassllm(glass, _TORCH_DTYPES[config.dtype]).to(world.device)
         opt, sched = _optimizer(twin, config)
-        sampler = WindowSampler(ids, config.seq_len, config.batch_size, np.random.default_rng(data_seq))
+        sampler = WindowSampler(ids, config.seq_len, config.batch_size, np.random.default_rng(data_seq),
+                                config.repeat_fraction)
         step, elapsed, history = 0, 0.0, []
         if resume:
             step = int(meta["step"])
@@ -305,8 +307,10 @@ def _restore(twin: Transformer, opt, sched, tensors: dict, step: int) -> None:
                 opt.state[p] = {"step": torch.tensor(float(step)),
                                 "exp_avg": torch.from_numpy(tensors["adam_m/" + name]).to(p),
                                 "exp_avg_sq": torch.from_numpy(tensors["adam_v/" + name]).to(p)}
-    for _ in range(step):  # LambdaLR's position is its step count
-        sched.step()
+    with warnings.catch_warnings():  # fast-forwarding before any optimiser step is what we mean here
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+        for _ in range(step):  # LambdaLR's position is its step count
+            sched.step()
 
 
 # ----------------------------------------------------------------------------
