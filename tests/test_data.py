@@ -113,22 +113,26 @@ def test_sampler_state_round_trips_through_json():
         assert np.array_equal(x1, x2) and np.array_equal(y1, y2)
 
 
+@pytest.mark.parametrize("kind", ["text", "random"])
 @pytest.mark.parametrize("seq_len", [8, 9, 16, 255])
-def test_repeated_windows_repeat_a_span_of_text(seq_len):
+def test_repeated_windows_repeat_a_span(seq_len, kind):
     ids = (np.arange(3000) * 7919 % 1021).astype(np.uint16)      # no short cycles: a repeat is a real repeat
     B = 400
-    s = WindowSampler(ids, seq_len, B, np.random.default_rng(3), repeat_fraction=0.25)
+    s = WindowSampler(ids, seq_len, B, np.random.default_rng(3), repeat_fraction=0.25, repeat_tokens=kind)
     x, y = s.next_batch()
     rows = np.concatenate([x, y[:, -1:]], axis=1)                # (B, T+1), the sampled text
     assert np.all(y[:, :-1] == x[:, 1:])                         # targets stay the next token
-    # The documented draws: B starts, B uniforms, B periods between ceil((T+1)/8) and ceil((T+1)/2).
+    # The documented draws: B starts, B uniforms, B periods between ceil((T+1)/8) and ceil((T+1)/2),
+    # and for "random" B x (T+1) positions of which each row uses its first h.
     rng = np.random.default_rng(3)
     starts = rng.integers(0, len(ids) - seq_len, size=B)
     repeat = rng.random(B) < 0.25
     period = rng.integers(-(-(seq_len + 1) // 8), -(-(seq_len + 1) // 2) + 1, size=B)
-    for row, st, rep, h in zip(rows, starts, repeat, period):
-        if rep:                                                  # the span ids[st : st+h], over and over
-            expected = np.concatenate([ids[st:st + h]] * (seq_len // h + 1))[:seq_len + 1]
+    drawn = rng.integers(0, len(ids), size=(B, seq_len + 1)) if kind == "random" else None
+    for b, (row, st, rep, h) in enumerate(zip(rows, starts, repeat, period)):
+        if rep:                                                  # one span of h tokens, over and over
+            span = ids[st:st + h] if kind == "text" else ids[drawn[b, :h]]
+            expected = np.concatenate([span] * (seq_len // h + 1))[:seq_len + 1]
         else:
             expected = ids[st:st + seq_len + 1]
         assert np.array_equal(row, expected)
@@ -143,6 +147,8 @@ def test_repeat_fraction_zero_draws_the_same_windows_as_before():
         assert all(np.array_equal(u, v) for u, v in zip(a.next_batch(), b.next_batch()))
     with pytest.raises(ValueError, match="repeat_fraction must be between 0 and 1, got 1.5"):
         WindowSampler(ids, 8, 4, np.random.default_rng(7), repeat_fraction=1.5)
+    with pytest.raises(ValueError, match="repeat_tokens must be one of text, random, got 'noise'"):
+        WindowSampler(ids, 8, 4, np.random.default_rng(7), repeat_fraction=0.5, repeat_tokens="noise")
 
 
 def test_sampler_rejects_short_data_and_bad_rng():

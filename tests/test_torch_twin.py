@@ -144,7 +144,7 @@ def test_one_process_trainer_takes_glassllm_train_steps(tmp_path, corpus):
     """Same config and data: the twin's run equals glassllm.train's, step for step (float64),
     repeated windows included; either trainer resumes the other's run, and its own."""
     text, tok, _ = corpus
-    config = TrainConfig(**TRAIN, dtype="float64", repeat_fraction=0.5)
+    config = TrainConfig(**TRAIN, dtype="float64", repeat_fraction=0.5, repeat_tokens="random")
     mc = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
     trainer = Trainer(config, mc, [text], tmp_path / "glass", tokenizer=tok, cache_dir=tmp_path / "cache",
                       progress=False)

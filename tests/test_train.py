@@ -69,6 +69,7 @@ def test_default_config_is_the_bundled_recipe():
     ({"grad_clip": -1.0}, "grad_clip"), ({"batch_size": 2.5}, "must be an int"),
     ({"lr": float("nan")}, "finite"), ({"repeat_fraction": -0.1}, r"repeat_fraction must be in \[0, 1\], got -0.1"),
     ({"repeat_fraction": "0.2"}, "repeat_fraction must be a finite number"),
+    ({"repeat_tokens": "noise"}, "repeat_tokens must be one of text, random, got 'noise'"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -221,7 +222,8 @@ def _state(folder):
         return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-@pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5)], ids=["plain", "repeated-windows"])
+@pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5, "--repeat-tokens", "random")],
+                         ids=["plain", "repeated-windows"])
 def test_resume_is_bit_identical(texts, tmp_path, extra):
     train, valid = texts
     straight, chunked = tmp_path / "straight", tmp_path / "chunked"

@@ -138,6 +138,9 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
 # Batches
 # ----------------------------------------------------------------------------
 
+REPEAT_TOKENS = ("text", "random")  # what a repeated window's span is made of (see WindowSampler)
+
+
 class WindowSampler:
     """Random windows of a token stream, from a seeded generator.
 
@@ -152,9 +155,13 @@ class WindowSampler:
     everything after the first h tokens can be predicted by copying. Because h
     varies, no fixed look-back distance finds the copy: the model has to match
     content -- find where the current token occurred before, and read what came
-    next (an induction head). With r = 0 the sampler draws exactly the same
-    numbers as one without the option. The draws per batch: B starts, then (r > 0)
-    B uniforms for "repeat?", then B periods.
+    next (an induction head). ``repeat_tokens`` says what the span is made of:
+    ``"text"``, the h tokens of text at s; or ``"random"``, h tokens drawn
+    independently from random positions of the stream (so from the data's own
+    token frequencies): its first copy is unpredictable, and copying is the only
+    way to predict the rest. With r = 0 the sampler draws exactly the same numbers
+    as one without the option. The draws per batch: B starts, then (r > 0) B
+    uniforms for "repeat?", B periods, and ("random") B x (T+1) positions.
 
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
@@ -164,27 +171,37 @@ class WindowSampler:
     """
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, rng: np.random.Generator,
-                 repeat_fraction: float = 0.0):
+                 repeat_fraction: float = 0.0, repeat_tokens: str = "text"):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
         if len(ids) < seq_len + 1:
             raise ValueError(f"the data has {len(ids)} tokens, fewer than one window of seq_len + 1 = {seq_len + 1}")
         if not 0.0 <= repeat_fraction <= 1.0:
             raise ValueError(f"repeat_fraction must be between 0 and 1, got {repeat_fraction!r}")
+        if repeat_tokens not in REPEAT_TOKENS:
+            raise ValueError(f"repeat_tokens must be one of {', '.join(REPEAT_TOKENS)}, got {repeat_tokens!r}")
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
         self.repeat_fraction = float(repeat_fraction)
+        self.repeat_tokens = repeat_tokens
         self.batches = 0
         self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
         self._periods = (-(-(self.seq_len + 1) // 8), -(-(self.seq_len + 1) // 2))  # h from .. to (inclusive)
 
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
-        starts = self.rng.integers(0, len(self.ids) - self.seq_len, size=self.batch_size)  # (B,)
-        offsets = np.broadcast_to(self._offsets, (self.batch_size, self.seq_len + 1))
+        B, T = self.batch_size, self.seq_len
+        starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
+        index = starts[:, None] + self._offsets                                   # (B, T+1)
         if self.repeat_fraction > 0:
-            repeat = self.rng.random(self.batch_size) < self.repeat_fraction        # (B,)
-            period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=self.batch_size)  # (B,)
-            offsets = np.where(repeat[:, None], self._offsets % period[:, None], offsets)
-        rows = np.asarray(self.ids[starts[:, None] + offsets], dtype=np.int64)       # (B, T+1)
+            repeat = self.rng.random(B) < self.repeat_fraction                    # (B,)
+            period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=B)  # (B,)
+            cycle = self._offsets % period[:, None]                               # (B, T+1): 0 .. h-1, 0 ..
+            if self.repeat_tokens == "text":
+                spans = starts[:, None] + cycle                                   # text at s, over and over
+            else:
+                drawn = self.rng.integers(0, len(self.ids), size=(B, T + 1))      # (B, T+1) random positions
+                spans = np.take_along_axis(drawn, cycle, axis=1)                  # the first h, over and over
+            index = np.where(repeat[:, None], spans, index)
+        rows = np.asarray(self.ids[index], dtype=np.int64)                        # (B, T+1)
         self.batches += 1
         return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)
 

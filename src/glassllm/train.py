@@ -62,7 +62,7 @@ import numpy as np
 from .autograd import no_grad
 from .checkpoint import atomic_path, atomic_write, make_folder, save_model
 from .config import JsonConfig, ModelConfig
-from .data import WindowSampler, resolve_sources, text_sha256s, token_ids
+from .data import REPEAT_TOKENS, WindowSampler, resolve_sources, text_sha256s, token_ids
 from .nn import Transformer
 from .optim import AdamW, clip_grad_norm, global_norm, lr_at
 
@@ -102,7 +102,8 @@ class TrainConfig(JsonConfig):
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
-    repeat_fraction: float = 0.0 # share of windows that are one span of text, repeated
+    repeat_fraction: float = 0.0 # share of windows that are one span of tokens, repeated
+    repeat_tokens: str = "text"  # the span: "text" (a piece of the data) or "random" (tokens drawn from it)
     seed: int = 1337             # model init and batch sampling
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
@@ -136,6 +137,9 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"TrainConfig.{bad} must be >= 0, got {getattr(self, bad)}")
         if not 0 <= self.repeat_fraction <= 1:
             raise ValueError(f"TrainConfig.repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
+        if self.repeat_tokens not in REPEAT_TOKENS:
+            raise ValueError(f"TrainConfig.repeat_tokens must be one of {', '.join(REPEAT_TOKENS)}, "
+                             f"got {self.repeat_tokens!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"TrainConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
@@ -364,7 +368,7 @@ class Trainer:
         self.valid_ids = (token_ids(self.valid_files, tokenizer, self.cache_dir, self.valid_hashes)
                           if self.valid_files else None)
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size,
-                                     np.random.default_rng(data_seq), config.repeat_fraction)
+                                     np.random.default_rng(data_seq), config.repeat_fraction, config.repeat_tokens)
         self.step = 0
         self.elapsed = 0.0
         self.history: list[dict] = []
@@ -431,7 +435,7 @@ class Trainer:
         self.valid_ids = (token_ids(self.valid_files, self.tokenizer, self.cache_dir, self.valid_hashes)
                           if self.valid_files else None)
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, np.random.default_rng(0),
-                                     config.repeat_fraction)
+                                     config.repeat_fraction, config.repeat_tokens)
         self.sampler.set_state(json.loads(meta["sampler"]))
         self.step = int(meta["step"])
         self.elapsed = float(meta["elapsed_s"])
@@ -590,7 +594,8 @@ _TRAIN_HELP = {
     "beta2": "AdamW second-moment decay",
     "eps": "AdamW epsilon",
     "grad_clip": "clip gradients to this global L2 norm (0 = off)",
-    "repeat_fraction": "share of training windows that repeat one span of text over and over (teaches copying: induction heads)",
+    "repeat_fraction": "share of training windows that repeat one span over and over (teaches copying: induction heads)",
+    "repeat_tokens": "what a repeated span is made of: text (a piece of the data) or random (tokens drawn from it)",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "dtype": "float32 or float64",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",

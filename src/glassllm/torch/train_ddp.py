@@ -226,7 +226,7 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
         twin = from_glassllm(glass, _TORCH_DTYPES[config.dtype]).to(world.device)
         opt, sched = _optimizer(twin, config)
         sampler = WindowSampler(ids, config.seq_len, config.batch_size, np.random.default_rng(data_seq),
-                                config.repeat_fraction)
+                                config.repeat_fraction, config.repeat_tokens)
         step, elapsed, history = 0, 0.0, []
         if resume:
             step = int(meta["step"])
