@@ -157,11 +157,11 @@ class WindowSampler:
     content -- find where the current token occurred before, and read what came
     next (an induction head). ``repeat_tokens`` says what the span is made of:
     ``"text"``, the h tokens of text at s; or ``"random"``, h tokens drawn
-    independently from random positions of the stream (so from the data's own
-    token frequencies): its first copy is unpredictable, and copying is the only
-    way to predict the rest. With r = 0 the sampler draws exactly the same numbers
-    as one without the option. The draws per batch: B starts, then (r > 0) B
-    uniforms for "repeat?", B periods, and ("random") B x (T+1) positions.
+    independently and uniformly from the ids that occur in the data: its first
+    copy is unpredictable, and copying is the only way to predict the rest. With
+    r = 0 the sampler draws exactly the same numbers as one without the option.
+    The draws per batch: B starts, then (r > 0) B uniforms for "repeat?", B
+    periods, and ("random") B x (T+1) indices into the sorted distinct ids.
 
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
@@ -183,6 +183,8 @@ class WindowSampler:
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
         self.repeat_fraction = float(repeat_fraction)
         self.repeat_tokens = repeat_tokens
+        self._types = (np.flatnonzero(np.bincount(np.asarray(ids, dtype=np.int64)))   # distinct ids, sorted
+                       if repeat_fraction > 0 and repeat_tokens == "random" else None)
         self.batches = 0
         self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
         self._periods = (-(-(self.seq_len + 1) // 8), -(-(self.seq_len + 1) // 2))  # h from .. to (inclusive)
@@ -196,12 +198,13 @@ class WindowSampler:
             period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=B)  # (B,)
             cycle = self._offsets % period[:, None]                               # (B, T+1): 0 .. h-1, 0 ..
             if self.repeat_tokens == "text":
-                spans = starts[:, None] + cycle                                   # text at s, over and over
+                index = np.where(repeat[:, None], starts[:, None] + cycle, index)  # text at s, over and over
             else:
-                drawn = self.rng.integers(0, len(self.ids), size=(B, T + 1))      # (B, T+1) random positions
+                drawn = self._types[self.rng.integers(0, len(self._types), size=(B, T + 1))]  # (B, T+1) ids
                 spans = np.take_along_axis(drawn, cycle, axis=1)                  # the first h, over and over
-            index = np.where(repeat[:, None], spans, index)
-        rows = np.asarray(self.ids[index], dtype=np.int64)                        # (B, T+1)
+                rows = np.where(repeat[:, None], spans, np.asarray(self.ids[index], dtype=np.int64))
+        if self.repeat_fraction == 0 or self.repeat_tokens == "text":
+            rows = np.asarray(self.ids[index], dtype=np.int64)                    # (B, T+1)
         self.batches += 1
         return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)
 
