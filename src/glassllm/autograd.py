@@ -560,9 +560,13 @@ def softmax(a, axis: int = -1) -> Tensor:
     p = softmax_np(a.data, axis)
 
     def backward(g):
-        # dx = p * (g - <g, p>) along the axis
-        return (p * (g - (g * p).sum(axis=axis, keepdims=True)),)
+        return (_softmax_grad(p, g, axis),)
     return _make(p, (a,), backward)
+
+
+def _softmax_grad(p: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
+    """Softmax's backward: dx = p * (g - <g, p>) along the axis."""
+    return p * (g - (g * p).sum(axis=axis, keepdims=True))
 
 
 def masked_softmax(a, mask, axis: int = -1) -> Tensor:
@@ -587,8 +591,8 @@ def masked_softmax(a, mask, axis: int = -1) -> Tensor:
     np.copyto(p, np.asarray(-np.inf, dtype=a.dtype), where=mask)
     _softmax_inplace(p, axis)
 
-    def backward(g):
-        return (p * (g - (g * p).sum(axis=axis, keepdims=True)),)
+    def backward(g):  # forbidden entries have p = 0, so their gradient is 0
+        return (_softmax_grad(p, g, axis),)
     return _make(p, (a,), backward)
 
 

@@ -194,17 +194,15 @@ class WindowSampler:
         starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
         index = starts[:, None] + self._offsets                                   # (B, T+1)
         if self.repeat_fraction > 0:
-            repeat = self.rng.random(B) < self.repeat_fraction                    # (B,)
+            repeat = self.rng.random(B)[:, None] < self.repeat_fraction           # (B, 1)
             period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=B)  # (B,)
             cycle = self._offsets % period[:, None]                               # (B, T+1): 0 .. h-1, 0 ..
             if self.repeat_tokens == "text":
-                index = np.where(repeat[:, None], starts[:, None] + cycle, index)  # text at s, over and over
-            else:
-                drawn = self._types[self.rng.integers(0, len(self._types), size=(B, T + 1))]  # (B, T+1) ids
-                spans = np.take_along_axis(drawn, cycle, axis=1)                  # the first h, over and over
-                rows = np.where(repeat[:, None], spans, np.asarray(self.ids[index], dtype=np.int64))
-        if self.repeat_fraction == 0 or self.repeat_tokens == "text":
-            rows = np.asarray(self.ids[index], dtype=np.int64)                    # (B, T+1)
+                index = np.where(repeat, starts[:, None] + cycle, index)          # text at s, over and over
+        rows = np.asarray(self.ids[index], dtype=np.int64)                        # (B, T+1)
+        if self.repeat_fraction > 0 and self.repeat_tokens == "random":
+            drawn = self._types[self.rng.integers(0, len(self._types), size=(B, T + 1))]  # (B, T+1) ids
+            rows = np.where(repeat, np.take_along_axis(drawn, cycle, axis=1), rows)  # the first h, over and over
         self.batches += 1
         return rows[:, :-1], rows[:, 1:]                                     # (B, T), (B, T)
 
