@@ -140,6 +140,24 @@ def test_repeated_windows_repeat_a_span(seq_len, kind):
     assert 0.15 < repeat.mean() < 0.35 and len(set(period[repeat].tolist())) > 1
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_a_batch_of_another_shape_comes_from_the_same_stream(fraction):
+    """next_batch(T, B) draws what a sampler built for (T, B) would, and the stream goes on."""
+    ids = (np.arange(3000) * 7919 % 1021).astype(np.uint16)
+    a = WindowSampler(ids, 32, 4, np.random.default_rng(5), fraction, "random")
+    short = WindowSampler(ids, 8, 16, np.random.default_rng(5), fraction, "random")
+    for _ in range(2):
+        assert all(np.array_equal(u, v) for u, v in zip(a.next_batch(8, 16), short.next_batch()))
+    assert a.rng.bit_generator.state == short.rng.bit_generator.state and a.batches == 2
+    x, y = a.next_batch()
+    assert x.shape == y.shape == (4, 32)
+    long = WindowSampler(ids, 32, 4, np.random.default_rng(0), fraction, "random")
+    long.rng.bit_generator.state = short.rng.bit_generator.state
+    assert np.array_equal(long.next_batch()[0], x)
+    with pytest.raises(ValueError, match="cannot draw 4 windows of 3000 tokens from 3000 tokens"):
+        a.next_batch(3000, 4)
+
+
 def test_repeat_fraction_zero_draws_the_same_windows_as_before():
     ids = np.arange(500, dtype=np.uint16)
     a = WindowSampler(ids, 8, 4, np.random.default_rng(7))

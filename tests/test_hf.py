@@ -178,6 +178,37 @@ def test_logits_agree_with_transformers_over_300_tokens(exported, model_file, te
     assert err[20:].max() > 1e-2
 
 
+def test_head_ablation_agrees_with_transformers(exported, model_file):
+    """Lesson 11's ablation, checked independently: ZeroAblate(layer, head) gives the losses of
+    LlamaForCausalLM with that head's input columns of o_proj set to zero."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from glassllm.trace import Tracer, ZeroAblate
+
+    model, _, _ = checkpoint.load_model(model_file, dtype=np.float32)
+    c = model.config
+    layer, head = min(1, c.n_layers - 1), min(2, c.n_heads - 1)        # lesson 11's induction head
+    first = np.random.default_rng(0).integers(256, min(1023, c.vocab_size), size=(8, 40))
+    rows = np.concatenate([first, first], axis=1)                       # (8, 80): each sequence twice
+
+    def second_copy(logits):                                            # (8, 79, V) -> mean loss on the 2nd copy
+        logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+        return -np.take_along_axis(logp, rows[:, 1:, None], axis=-1)[:, 40:, 0].mean()
+
+    with ag.no_grad(), Tracer(model, names="logits", interventions=[ZeroAblate(layer, head)]):
+        ours = second_copy(model(rows[:, :-1]).data.astype(np.float64))
+    with ag.no_grad():
+        intact = second_copy(model(rows[:, :-1]).data.astype(np.float64))
+    theirs_model = transformers.LlamaForCausalLM.from_pretrained(exported, dtype="float32").eval()
+    D = c.head_dim
+    with torch.no_grad():
+        theirs_model.model.layers[layer].self_attn.o_proj.weight[:, head * D:(head + 1) * D] = 0
+        theirs = second_copy(theirs_model(torch.tensor(rows[:, :-1])).logits.double().numpy())
+    assert ours == pytest.approx(theirs, abs=1e-4)
+    if model_file == checkpoint.bundled_model_path():                    # the lesson's claim, by Transformers
+        assert theirs - intact > 0.3
+
+
 def test_autotokenizer_gives_our_ids(exported, model_file, text):
     transformers = pytest.importorskip("transformers")
     _, tok, _ = checkpoint.load_model(model_file)

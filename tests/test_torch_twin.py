@@ -142,9 +142,10 @@ def _weights(path) -> dict[str, np.ndarray]:
 
 def test_one_process_trainer_takes_glassllm_train_steps(tmp_path, corpus):
     """Same config and data: the twin's run equals glassllm.train's, step for step (float64),
-    repeated windows included; either trainer resumes the other's run, and its own."""
+    repeated windows and short first windows included; either trainer resumes the other's run, and its own."""
     text, tok, _ = corpus
-    config = TrainConfig(**TRAIN, dtype="float64", repeat_fraction=0.5, repeat_tokens="random")
+    config = TrainConfig(**TRAIN, dtype="float64", repeat_fraction=0.5, repeat_tokens="random",
+                         short_steps=4, short_seq_len=16)
     mc = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
     trainer = Trainer(config, mc, [text], tmp_path / "glass", tokenizer=tok, cache_dir=tmp_path / "cache",
                       progress=False)
@@ -181,7 +182,7 @@ def _free_port() -> int:
 def test_two_process_ddp_equals_one_process(tmp_path, corpus):
     """torchrun, 2 processes, gloo: 20 steps give the weights of one process with the same global batch."""
     text, tok, tok_path = corpus
-    opts = dict(TRAIN, steps=20, batch_size=8)
+    opts = dict(TRAIN, steps=20, batch_size=8, short_steps=5, short_seq_len=16)
     mc = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
     args = ["--data", str(text), "--tokenizer", str(tok_path), "--cache-dir", str(tmp_path / "cache"),
             "--no-progress", "--dim", "32", "--n-layers", "2", "--n-heads", "4", "--n-kv-heads", "2",

@@ -6,6 +6,7 @@ the file takes seconds; runs that must start fresh processes use subprocesses.
 
 from __future__ import annotations
 
+import doctest
 import hashlib
 import json
 import math
@@ -24,7 +25,7 @@ from glassllm.cli import main
 from glassllm.config import ModelConfig
 from glassllm.data import WindowSampler
 from glassllm.optim import AdamW
-from glassllm.train import TrainConfig, Trainer, evaluate, evaluate_text, train_step
+from glassllm.train import RECIPES, TrainConfig, Trainer, evaluate, evaluate_text, train_step
 from glassllm.tokenizer import Tokenizer
 
 TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
@@ -56,11 +57,57 @@ def texts(tmp_path):
 # Configuration
 # ----------------------------------------------------------------------------
 
-def test_default_config_is_the_bundled_recipe():
+def test_default_config_and_the_bundled_recipe():
     c = TrainConfig()
     assert (c.batch_size, c.seq_len, c.grad_clip, c.weight_decay) == (16, 256, 1.0, 0.1)
+    assert (c.repeat_fraction, c.short_steps) == (0.0, 0)                # plain text, full windows
     assert c.lr_at(0) == pytest.approx(c.lr / c.warmup_steps) and c.lr_at(c.warmup_steps) == c.lr
     assert TrainConfig.from_dict(json.loads(c.to_json())) == c
+    assert RECIPES["default"] == c
+    _, meta = checkpoint.read_header(checkpoint.bundled_model_path())   # the shipped model's own record
+    assert TrainConfig.from_dict(json.loads(meta["train_config"])) == RECIPES["bundled"]
+
+
+def test_cli_recipe_sets_defaults_that_options_override(texts, tmp_path):
+    train, _ = texts
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(train), "--out", str(out), "--recipe", "bundled", "--steps", "4",
+                 "--short-steps", "2", "--batch-size", "2", "--seq-len", "64", "--vocab-size", "300",
+                 "--dim", "32", "--n-layers", "1", "--n-heads", "2", "--n-kv-heads", "1", "--max-seq-len", "64",
+                 "--no-progress"]) == 0
+    _, meta = _state(out)
+    config = TrainConfig.from_dict(json.loads(meta["train_config"]))
+    bundled = RECIPES["bundled"]
+    assert (config.repeat_fraction, config.repeat_tokens, config.short_seq_len) == \
+        (bundled.repeat_fraction, bundled.repeat_tokens, bundled.short_seq_len)   # from the recipe
+    assert (config.steps, config.short_steps, config.seq_len) == (4, 2, 64)        # given
+
+
+def test_doctests():
+    import glassllm.train
+
+    result = doctest.testmod(glassllm.train)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_short_first_windows_keep_the_tokens_per_step(texts, tmp_path):
+    """Sequence-length warm-up: steps 0 .. short_steps-1 draw short windows, more of them."""
+    train, _ = texts
+    config = TrainConfig(steps=5, batch_size=2, seq_len=32, grad_accum=2, short_steps=3, short_seq_len=8,
+                         warmup_steps=1, checkpoint_every=0, eval_every=0)
+    model = ModelConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=32)
+    trainer = Trainer(config, model, [train], tmp_path / "run", progress=False)
+    shapes, draw = [], trainer.sampler.next_batch
+
+    def recording(*args):
+        x, y = draw(*args)
+        shapes.append(x.shape)
+        return x, y
+
+    trainer.sampler.next_batch = recording
+    trainer.run()
+    assert shapes[::2] == shapes[1::2] == [(8, 8)] * 3 + [(2, 32)] * 2      # two micro-batches per step
+    assert trainer.tokens_seen == 5 * 2 * 2 * 32
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -70,6 +117,9 @@ def test_default_config_is_the_bundled_recipe():
     ({"lr": float("nan")}, "finite"), ({"repeat_fraction": -0.1}, r"repeat_fraction must be in \[0, 1\], got -0.1"),
     ({"repeat_fraction": "0.2"}, "repeat_fraction must be a finite number"),
     ({"repeat_tokens": "noise"}, "repeat_tokens must be one of text, random, got 'noise'"),
+    ({"short_steps": 5, "short_seq_len": 256}, "short_seq_len must be below seq_len=256 and divide "
+                                               "batch_size \\* seq_len = 4096, got 256"),
+    ({"short_steps": 5, "short_seq_len": 48}, "got 48"), ({"short_steps": -1}, "short_steps must be >= 0"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -222,8 +272,9 @@ def _state(folder):
         return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
 
 
-@pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5, "--repeat-tokens", "random")],
-                         ids=["plain", "repeated-windows"])
+@pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5, "--repeat-tokens", "random"),
+                                   ("--short-steps", 12, "--short-seq-len", 8)],
+                         ids=["plain", "repeated-windows", "short-windows-first"])
 def test_resume_is_bit_identical(texts, tmp_path, extra):
     train, valid = texts
     straight, chunked = tmp_path / "straight", tmp_path / "chunked"

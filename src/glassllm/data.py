@@ -162,6 +162,8 @@ class WindowSampler:
     r = 0 the sampler draws exactly the same numbers as one without the option.
     The draws per batch: B starts, then (r > 0) B uniforms for "repeat?", B
     periods, and ("random") B x (T+1) indices into the sorted distinct ids.
+    ``next_batch(seq_len, batch_size)`` draws one batch of another shape from the
+    same stream (the trainer's sequence-length warm-up uses it).
 
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
@@ -189,14 +191,20 @@ class WindowSampler:
         self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
         self._periods = (-(-(self.seq_len + 1) // 8), -(-(self.seq_len + 1) // 2))  # h from .. to (inclusive)
 
-    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
-        B, T = self.batch_size, self.seq_len
+    def next_batch(self, seq_len: int | None = None, batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``(x, y)``, each (B, T); ``seq_len``/``batch_size`` override T and B for this batch."""
+        B = self.batch_size if batch_size is None else int(batch_size)
+        T = self.seq_len if seq_len is None else int(seq_len)
+        if not 1 <= T <= len(self.ids) - 1 or B < 1:
+            raise ValueError(f"cannot draw {B} windows of {T} tokens from {len(self.ids)} tokens")
+        offsets = self._offsets if T == self.seq_len else np.arange(T + 1)       # (T+1,)
+        periods = self._periods if T == self.seq_len else (-(-(T + 1) // 8), -(-(T + 1) // 2))
         starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
-        index = starts[:, None] + self._offsets                                   # (B, T+1)
+        index = starts[:, None] + offsets                                         # (B, T+1)
         if self.repeat_fraction > 0:
             repeat = self.rng.random(B)[:, None] < self.repeat_fraction           # (B, 1)
-            period = self.rng.integers(self._periods[0], self._periods[1] + 1, size=B)  # (B,)
-            cycle = self._offsets % period[:, None]                               # (B, T+1): 0 .. h-1, 0 ..
+            period = self.rng.integers(periods[0], periods[1] + 1, size=B)        # (B,)
+            cycle = offsets % period[:, None]                                     # (B, T+1): 0 .. h-1, 0 ..
             if self.repeat_tokens == "text":
                 index = np.where(repeat, starts[:, None] + cycle, index)          # text at s, over and over
         rows = np.asarray(self.ids[index], dtype=np.int64)                        # (B, T+1)

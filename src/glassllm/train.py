@@ -82,7 +82,11 @@ _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 @dataclass(frozen=True)
 class TrainConfig(JsonConfig):
-    """Every number that decides a training run. The defaults made the bundled model.
+    """Every number that decides a training run.
+
+    The defaults are a plain run: every window is text, 256 tokens long. The
+    bundled model's recipe changes five of them; it is :data:`RECIPES` ``["bundled"]``
+    (``glassllm train --recipe bundled``).
 
     >>> TrainConfig().tokens_per_step
     4096
@@ -104,6 +108,8 @@ class TrainConfig(JsonConfig):
     grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
     repeat_fraction: float = 0.0 # share of windows that are one span of tokens, repeated
     repeat_tokens: str = "text"  # the span: "text" (a piece of the data) or "random" (tokens drawn from it)
+    short_steps: int = 0         # sequence-length warm-up: the first steps train on shorter windows ...
+    short_seq_len: int = 64      # ... of this many tokens, batch_size * seq_len / short_seq_len of them
     seed: int = 1337             # model init and batch sampling
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
@@ -112,6 +118,7 @@ class TrainConfig(JsonConfig):
 
     def __post_init__(self):
         ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": 0,
+                "short_steps": 0, "short_seq_len": 1,
                 "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0}
         for name, low in ints.items():
             value = getattr(self, name)
@@ -140,6 +147,10 @@ class TrainConfig(JsonConfig):
         if self.repeat_tokens not in REPEAT_TOKENS:
             raise ValueError(f"TrainConfig.repeat_tokens must be one of {', '.join(REPEAT_TOKENS)}, "
                              f"got {self.repeat_tokens!r}")
+        if self.short_steps and not (self.short_seq_len < self.seq_len
+                                     and self.batch_size * self.seq_len % self.short_seq_len == 0):
+            raise ValueError(f"TrainConfig.short_seq_len must be below seq_len={self.seq_len} and divide "
+                             f"batch_size * seq_len = {self.batch_size * self.seq_len}, got {self.short_seq_len}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"TrainConfig.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
@@ -150,6 +161,33 @@ class TrainConfig(JsonConfig):
     def lr_at(self, step: int) -> float:
         """Learning rate of 0-based optimiser step ``step``."""
         return lr_at(step, self.lr, self.warmup_steps, self.steps, self.min_lr)
+
+    def window_shape(self, step: int) -> tuple[int, int]:
+        """(windows, tokens per window) of each micro-batch of 0-based step ``step``.
+
+        The first ``short_steps`` steps train on short windows, as many more of
+        them as keeps the tokens per step the same (sequence-length warm-up).
+
+        >>> TrainConfig(short_steps=10, short_seq_len=64).window_shape(0)
+        (64, 64)
+        >>> TrainConfig(short_steps=10, short_seq_len=64).window_shape(10)
+        (16, 256)
+        """
+        if step < self.short_steps:
+            return self.batch_size * self.seq_len // self.short_seq_len, self.short_seq_len
+        return self.batch_size, self.seq_len
+
+
+# The bundled model (src/glassllm/assets/tinystories.safetensors) was trained with
+# RECIPES["bundled"]: twice the steps; half the windows one random span repeated
+# (so copying pays: induction heads); and the first 1,000 steps on 32-token windows,
+# from which the model learns to copy within a few hundred steps (from 256-token
+# windows it did not, in 6,000: DEVELOPING.md lists the runs).
+RECIPES = {
+    "default": TrainConfig(),
+    "bundled": TrainConfig(steps=3000, repeat_fraction=0.5, repeat_tokens="random", short_steps=1000,
+                           short_seq_len=32),
+}
 
 
 # ----------------------------------------------------------------------------
@@ -465,7 +503,8 @@ class Trainer:
         try:
             while self.step < stop:
                 t0 = time.perf_counter()
-                batches = [self.sampler.next_batch() for _ in range(c.grad_accum)]
+                B, T = c.window_shape(self.step)
+                batches = [self.sampler.next_batch(T, B) for _ in range(c.grad_accum)]
                 lr = c.lr_at(self.step)
                 loss, norm = train_step(self.model, self.optimizer, batches, lr, c.grad_clip, self.step + 1)
                 self.step += 1
@@ -596,6 +635,9 @@ _TRAIN_HELP = {
     "grad_clip": "clip gradients to this global L2 norm (0 = off)",
     "repeat_fraction": "share of training windows that repeat one span over and over (teaches copying: induction heads)",
     "repeat_tokens": "what a repeated span is made of: text (a piece of the data) or random (tokens drawn from it)",
+    "short_steps": "sequence-length warm-up: this many first steps train on windows of --short-seq-len tokens "
+                   "(0 = off)",
+    "short_seq_len": "tokens per window during the warm-up; the batch grows to keep tokens per step the same",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "dtype": "float32 or float64",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",
@@ -644,7 +686,10 @@ def add_cli(name: str, parser) -> None:
     io_.add_argument("--cache-dir", metavar="DIR", help="where token ids and downloads are cached (default: OUT/cache)")
     io_.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
     io_.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
-    tg = parser.add_argument_group("training (TrainConfig; defaults made the bundled model)")
+    tg = parser.add_argument_group("training (TrainConfig)")
+    tg.add_argument("--recipe", choices=sorted(RECIPES), default=None,
+                    help="start from a named TrainConfig; the options below override it ('bundled' made "
+                         "the bundled model; default: 'default')")
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
         tg.add_argument(flag, dest="train_" + field.name, type=_field_type(field.default), default=None,
@@ -676,6 +721,9 @@ def _train_cli(args) -> int:
     from .tokenizer import Tokenizer
 
     train_opts, model_opts = _given(args, "train_"), _given(args, "model_")
+    if args.recipe:                       # the recipe's values, as if given, under the explicit ones
+        base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
+        train_opts = {**{k: v for k, v in base.items() if v != plain[k]}, **train_opts}
     progress = not args.no_progress
     if args.resume:
         trainer = Trainer.resume(args.out, args.cache_dir, progress)

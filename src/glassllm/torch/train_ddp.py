@@ -199,8 +199,9 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
             files = world.share(files)
         if config.seq_len > model_config.max_seq_len:
             raise ValueError(f"seq_len={config.seq_len} exceeds the model's max_seq_len={model_config.max_seq_len}")
-        if config.batch_size % world.size:
-            raise ValueError(f"--batch-size {config.batch_size} is not divisible by the {world.size} processes")
+        if config.batch_size % world.size or config.window_shape(0)[0] % world.size:
+            raise ValueError(f"--batch-size {config.batch_size} (or the warm-up's {config.window_shape(0)[0]} "
+                             f"windows) is not divisible by the {world.size} processes")
         hashes = text_sha256s(files)
         if resume:
             for (f, then), now in zip(json.loads(meta["data"])["train"], hashes):
@@ -241,15 +242,16 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
 
         # The loop.
         stop = config.steps if until is None else min(int(until), config.steps)
-        rows = config.batch_size // world.size
-        lo = world.rank * rows
         log_every = max(1, config.steps // 20)
         while step < stop:
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             total = 0.0
+            B, T = config.window_shape(step)
+            rows = B // world.size
+            lo = world.rank * rows
             for micro in range(config.grad_accum):
-                x, y = sampler.next_batch()                                   # (B, T) each, the global batch
+                x, y = sampler.next_batch(T, B)                               # (B, T) each, the global batch
                 x = torch.from_numpy(x[lo:lo + rows]).to(world.device)      # (B/world, T)
                 y = torch.from_numpy(y[lo:lo + rows]).to(world.device)
                 last = micro == config.grad_accum - 1
