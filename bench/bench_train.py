@@ -50,14 +50,22 @@ def model_config(dim: int):
                        ffn_dim=ModelConfig.llama_ffn_dim(dim))
 
 
-def build(batch: int, seq: int, seed: int, dim: int = 128):
-    """name -> zero-argument function doing one full training step and returning its loss."""
+def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1):
+    """name -> zero-argument function doing one full training step and returning its loss.
+
+    With ``threads`` > 1, ``glassllm`` shares each batch's rows out among that many
+    worker threads with one BLAS thread each (``TrainConfig.workers``, how
+    ``glassllm train --workers`` runs), and ``glassllm_blas`` is the one-worker
+    step with BLAS allowed ``threads`` threads.
+    """
     import torch
 
     from glassllm.data import WindowSampler
     from glassllm.nn import Transformer
     from glassllm.optim import AdamW
-    from glassllm.train import TrainConfig, train_step
+    from threadpoolctl import ThreadpoolController
+
+    from glassllm.train import GradientThreads, TrainConfig, train_step
     from torch_reference import TorchLlama
 
     tc = TrainConfig(batch_size=batch, seq_len=seq)
@@ -75,6 +83,22 @@ def build(batch: int, seq: int, seed: int, dim: int = 128):
         return loss
 
     steps = {"glassllm": glassllm_step}
+    if threads > 1:
+        workers = GradientThreads(model, threads)
+        blas = ThreadpoolController()
+
+        def glassllm_workers_step():
+            with blas.limit(limits=1, user_api="blas"):                 # the workers are the parallelism
+                loss, _ = train_step(model, opt, [ours.next_batch()], tc.lr, tc.grad_clip, threads=workers)
+            return loss
+
+        blas_model = Transformer(config, seed=seed, dtype=np.float32)
+        blas_opt = AdamW(blas_model.named_parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
+                         weight_decay=tc.weight_decay)
+        blas_batches = sampler()
+        steps = {"glassllm": glassllm_workers_step,
+                 "glassllm_blas": lambda: train_step(blas_model, blas_opt, [blas_batches.next_batch()],
+                                                     tc.lr, tc.grad_clip)[0]}
     for name, attention in (("torch_eager", "explicit"), ("torch_sdpa", "sdpa")):
         twin = TorchLlama(config.to_dict(), dtype=torch.float32, attention=attention)
         twin.load_glassllm_state(model.state_dict())
@@ -139,7 +163,7 @@ def main(argv=None) -> int:
     results = []
     for k in threads:
         # Fresh models per thread count, so every count times the same steps of the same run.
-        config, model, steps = build(args.batch, args.seq, args.seed, args.dim)
+        config, model, steps = build(args.batch, args.seq, args.seed, args.dim, threads=k)
         if not results:
             print(f"training step (AdamW, clip 1.0), width {config.dim} ({model.num_params():,} params), "
                   f"batch {args.batch} x {args.seq}, float32, {args.repeats} interleaved rounds, "
@@ -152,7 +176,7 @@ def main(argv=None) -> int:
         row = {
             "threads": k, "median_s": med, "min_s": {n: min(ts) for n, ts in times.items()}, "all_s": times,
             "tokens_per_s": tps,
-            "speed_glassllm_over": {n: tps["glassllm"] / tps[n] for n in tps if n != "glassllm"},
+            "speed_glassllm_over": {n: tps["glassllm"] / tps[n] for n in tps if n.startswith("torch")},
             "last_loss": losses,
         }
         results.append(row)

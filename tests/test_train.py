@@ -23,9 +23,10 @@ import pytest
 from glassllm import checkpoint
 from glassllm.cli import main
 from glassllm.config import ModelConfig
+from glassllm.nn import Transformer
 from glassllm.data import WindowSampler
 from glassllm.optim import AdamW
-from glassllm.train import RECIPES, TrainConfig, Trainer, evaluate, evaluate_text, train_step
+from glassllm.train import RECIPES, GradientThreads, TrainConfig, Trainer, evaluate, evaluate_text, train_step
 from glassllm.tokenizer import Tokenizer
 
 TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
@@ -90,6 +91,33 @@ def test_doctests():
     assert result.attempted >= 3 and result.failed == 0
 
 
+@pytest.mark.parametrize("n", [2, 3, 7])
+def test_gradient_threads_give_the_gradient_of_the_whole_batch(n):
+    """Rows shared out among n threads (5 rows: unequal shares, and for n = 7 idle threads): the summed
+    gradient and the loss are the whole batch's, in float64 to rounding; weights set after the threads
+    were made (by assignment, not in place) are the ones used."""
+    model = Transformer(TINY, seed=3, dtype=np.float64)
+    threads = GradientThreads(model, n)
+    rng = np.random.default_rng(n)
+    for _ in range(2):
+        x = rng.integers(0, TINY.vocab_size, size=(5, 17))
+        model.zero_grad()
+        loss = model.loss(x[:, :-1], x[:, 1:])
+        (loss * 0.5).backward()
+        want = {name: p.grad.copy() for name, p in model.named_parameters()}
+        model.zero_grad()
+        got = threads.backward(x[:, :-1], x[:, 1:], scale=0.5)
+        assert got == pytest.approx(float(loss.data), rel=1e-13)
+        for name, p in model.named_parameters():
+            np.testing.assert_allclose(p.grad, want[name], rtol=1e-11, atol=1e-15, err_msg=name)
+        new = Transformer(TINY, seed=4, dtype=np.float64).state_dict()
+        for name, p in model.named_parameters():
+            p.data = new[name].copy()                                    # fresh arrays: the copies must follow
+    threads.close()
+    with pytest.raises(ValueError, match="workers must be an int >= 1, got 0"):
+        GradientThreads(model, 0)
+
+
 def test_short_first_windows_keep_the_tokens_per_step(texts, tmp_path):
     """Sequence-length warm-up: steps 0 .. short_steps-1 draw short windows, more of them."""
     train, _ = texts
@@ -120,6 +148,7 @@ def test_short_first_windows_keep_the_tokens_per_step(texts, tmp_path):
     ({"short_steps": 5, "short_seq_len": 256}, "short_seq_len must be below seq_len=256 and divide "
                                                "batch_size \\* seq_len = 4096, got 256"),
     ({"short_steps": 5, "short_seq_len": 48}, "got 48"), ({"short_steps": -1}, "short_steps must be >= 0"),
+    ({"workers": 0}, "workers must be >= 1, got 0"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -273,8 +302,8 @@ def _state(folder):
 
 
 @pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5, "--repeat-tokens", "random"),
-                                   ("--short-steps", 12, "--short-seq-len", 8)],
-                         ids=["plain", "repeated-windows", "short-windows-first"])
+                                   ("--short-steps", 12, "--short-seq-len", 8), ("--workers", 2)],
+                         ids=["plain", "repeated-windows", "short-windows-first", "two-workers"])
 def test_resume_is_bit_identical(texts, tmp_path, extra):
     train, valid = texts
     straight, chunked = tmp_path / "straight", tmp_path / "chunked"

@@ -46,6 +46,7 @@ tokens, so models with different tokenizers can be compared.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -111,6 +112,7 @@ class TrainConfig(JsonConfig):
     short_steps: int = 0         # sequence-length warm-up: the first steps train on shorter windows ...
     short_seq_len: int = 64      # ... of this many tokens, batch_size * seq_len / short_seq_len of them
     seed: int = 1337             # model init and batch sampling
+    workers: int = 1             # threads, each back-propagating a share of every batch's rows (1 BLAS thread each)
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
     eval_windows: int = 64       # windows of the held-out text per periodic evaluation; 0 = all
@@ -118,7 +120,7 @@ class TrainConfig(JsonConfig):
 
     def __post_init__(self):
         ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": 0,
-                "short_steps": 0, "short_seq_len": 1,
+                "short_steps": 0, "short_seq_len": 1, "workers": 1,
                 "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0}
         for name, low in ints.items():
             value = getattr(self, name)
@@ -194,13 +196,68 @@ RECIPES = {
 # One optimiser step
 # ----------------------------------------------------------------------------
 
+class GradientThreads:
+    """Data parallelism on threads: ``n`` copies of the model that share its weights.
+
+    :meth:`backward` cuts a micro-batch's rows into ``n`` shares; each copy runs
+    the forward and backward of one share in its own thread (NumPy and BLAS
+    release the GIL in their loops, so the threads run at once), and the copies'
+    gradients are summed into the model's. Each share's loss is weighted by its
+    share of the rows, so the sum is the gradient of the whole micro-batch's mean
+    loss -- equal up to float rounding, since the sums are grouped differently.
+    The copies hold no weights of their own: their parameters' ``.data`` are the
+    model's arrays, re-linked before every use (so an optimiser that updates
+    in place, or a ``load_state_dict``, is always seen). BLAS should run one
+    thread per worker (the trainer sets that).
+    """
+
+    def __init__(self, model: Transformer, n: int):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"workers must be an int >= 1, got {n!r}")
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.model, self.n = model, n
+        dtype = model.tok_embeddings.weight.dtype
+        self.copies = [model] + [Transformer(model.config, seed=0, dtype=dtype) for _ in range(n - 1)]
+        self.pool = ThreadPoolExecutor(n - 1, thread_name_prefix="glassllm-grad") if n > 1 else None
+
+    def backward(self, x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> float:
+        """Accumulate ``scale * d mean_loss(x, y)`` into the model's ``.grad``; return the mean loss."""
+        shares = [rows for rows in np.array_split(np.arange(len(x)), self.n) if len(rows)]
+        params = self.model.parameters()
+        for copy in self.copies[1:len(shares)]:
+            for p, q in zip(params, copy.parameters()):
+                q.data, q.grad = p.data, None
+
+        def run(copy, rows):
+            loss = copy.loss(x[rows], y[rows])
+            weight = len(rows) / len(x)
+            (loss * (scale * weight)).backward()
+            return float(loss.data) * weight
+
+        futures = [self.pool.submit(run, copy, rows) for copy, rows in zip(self.copies[1:], shares[1:])]
+        total = run(self.model, shares[0])                               # the calling thread takes share 0
+        total += sum(f.result() for f in futures)
+        for copy in self.copies[1:len(shares)]:
+            for p, q in zip(params, copy.parameters()):
+                if q.grad is not None:
+                    p.grad = q.grad if p.grad is None else p.grad + q.grad
+                    q.grad = None
+        return total
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
 def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_clip: float,
-               step: int = 0) -> tuple[float, float]:
+               step: int = 0, threads: GradientThreads | None = None) -> tuple[float, float]:
     """One AdamW step over the micro-batches ``[(x, y), ...]`` (each (B, T) ints).
 
     Gradients of the micro-batches are averaged (each loss is scaled by
-    1/len(batches) before its backward). Returns ``(mean loss, gradient norm
-    before clipping)``.
+    1/len(batches) before its backward). With ``threads``, a
+    :class:`GradientThreads` of the model, each micro-batch's rows are shared out
+    among its threads. Returns ``(mean loss, gradient norm before clipping)``.
 
     A non-finite loss or gradient stops the step before any weight changes,
     with one ``ValueError`` line naming ``step``, the first parameter whose
@@ -212,13 +269,17 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
     scale = 1.0 / len(batches)
     total = 0.0
     for x, y in batches:
-        loss = model.loss(x, y)
-        value = float(loss.data)
-        if not math.isfinite(value):
+        if threads is not None and threads.n > 1:
+            value = threads.backward(x, y, scale)                         # forward and backward, shared out
+        else:
+            loss = model.loss(x, y)
+            value = float(loss.data)
+            if math.isfinite(value):
+                (loss if len(batches) == 1 else loss * scale).backward()
+        if not math.isfinite(value):                                     # before any weight changes
             raise ValueError(f"step {step}: the loss is {value} (not finite); "
                              f"{_diagnosis(model, batches)}; lower --lr or check the data")
         total += value
-        (loss if len(batches) == 1 else loss * scale).backward()
     params = list(optimizer.params.values())
     norm = clip_grad_norm(params, grad_clip) if grad_clip > 0 else global_norm(params)
     if not math.isfinite(norm):
@@ -500,13 +561,19 @@ class Trainer:
         bar = tqdm(total=c.steps, initial=self.step, desc="train", unit="step", disable=not self.progress,
                    mininterval=0.5 if tty else 60.0, dynamic_ncols=tty, ascii=not tty, file=sys.stderr)
         started, first_step = time.perf_counter(), self.step
+        threads = GradientThreads(self.model, c.workers) if c.workers > 1 else None
+        scope = contextlib.ExitStack()
+        if threads is not None:
+            scope.callback(threads.close)
+            scope.enter_context(_one_blas_thread())                      # the workers are the parallelism
         try:
             while self.step < stop:
                 t0 = time.perf_counter()
                 B, T = c.window_shape(self.step)
                 batches = [self.sampler.next_batch(T, B) for _ in range(c.grad_accum)]
                 lr = c.lr_at(self.step)
-                loss, norm = train_step(self.model, self.optimizer, batches, lr, c.grad_clip, self.step + 1)
+                loss, norm = train_step(self.model, self.optimizer, batches, lr, c.grad_clip, self.step + 1,
+                                        threads)
                 self.step += 1
                 self.elapsed += time.perf_counter() - t0
                 row = {"step": self.step, "tokens": self.tokens_seen, "lr": lr, "loss": loss,
@@ -529,6 +596,7 @@ class Trainer:
                 if self.step == stop or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
                     self.save()
         finally:
+            scope.close()
             bar.close()
         if self.step < c.steps:
             self._log(f"stopped at step {self.step} of {c.steps}; continue with --resume")
@@ -639,6 +707,8 @@ _TRAIN_HELP = {
                    "(0 = off)",
     "short_seq_len": "tokens per window during the warm-up; the batch grows to keep tokens per step the same",
     "seed": "seed of the weight initialisation and of the batch sampler",
+    "workers": "threads that each back-propagate a share of every batch's rows, with one BLAS thread each "
+               "(data parallelism; the same gradients up to float rounding)",
     "dtype": "float32 or float64",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",
     "eval_windows": "held-out windows per periodic evaluation (0 = all; the final one uses all)",
@@ -704,6 +774,15 @@ def add_cli(name: str, parser) -> None:
 
 def _given(args, prefix: str) -> dict:
     return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
+
+
+def _one_blas_thread():
+    """Pin BLAS to one thread (threadpoolctl, when installed; the core needs only NumPy)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
 
 
 def _threads(n):
