@@ -107,12 +107,20 @@ class Module:
                 for i, v in enumerate(value):
                     yield f"{key}.{i}", v
 
-    def modules(self):
-        stack = [self]
+    def modules(self) -> list["Module"]:
+        """This module and every module below it, depth first in definition order."""
+        out, stack = [], [self]
         while stack:
             module = stack.pop()
-            yield module
-            stack.extend(reversed([child for _, child in module.children()]))
+            out.append(module)
+            below = []
+            for value in module.__dict__.values():                     # children(), without the names
+                if isinstance(value, Module):
+                    below.append(value)
+                elif type(value) in (list, tuple) and value and all(isinstance(v, Module) for v in value):
+                    below.extend(value)
+            stack.extend(reversed(below))
+        return out
 
     def named_parameters(self, prefix: str = ""):
         for key, value in vars(self).items():
