@@ -335,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     for cls, prefix in ((TrainConfig, "train_"), (ModelConfig, "model_")):
         group = p.add_argument_group(cls.__name__)
         for field in dataclasses.fields(cls):
+            if cls is TrainConfig and field.name == "workers":
+                continue  # glassllm's worker threads; here processes (torchrun) are the parallelism
             group.add_argument("--" + field.name.replace("_", "-"), dest=prefix + field.name,
                                type=type(field.default), default=None, metavar=field.name.upper(),
                                help=f"(default: {field.default})")
