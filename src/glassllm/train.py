@@ -754,7 +754,8 @@ def add_cli(name: str, parser) -> None:
                      help="stop (with a checkpoint) after this step; the schedule still spans --steps")
     io_.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer file instead of training one on --data")
     io_.add_argument("--cache-dir", metavar="DIR", help="where token ids and downloads are cached (default: OUT/cache)")
-    io_.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
+    io_.add_argument("--threads", type=int, metavar="N",
+                     help="BLAS threads (default: the library's choice); --workers N uses N cores better")
     io_.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
     tg = parser.add_argument_group("training (TrainConfig)")
     tg.add_argument("--recipe", choices=sorted(RECIPES), default=None,
