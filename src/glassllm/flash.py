@@ -96,6 +96,20 @@ def _batch_group(B: int, row_bytes: int) -> int:
     return max(1, min(B, TILE_BYTES // max(row_bytes, 1)))
 
 
+def _tiles(B: int, row_bytes: int, n: int, bq: int, pad):
+    """(b0, b1, pad[b0:b1], q0, q1) of every tile, batch groups outer, query blocks inner.
+
+    The forward and the backward walk the same tiles in the same order (the
+    kept probability tiles are keyed by (b0, q0)).
+    """
+    nb = _batch_group(B, row_bytes)
+    for b0 in range(0, B, nb):
+        b1 = min(b0 + nb, B)
+        padb = None if pad is None else pad[b0:b1]
+        for q0 in range(0, n, bq):
+            yield b0, b1, padb, q0, min(q0 + bq, n)
+
+
 def _with_ones(x):
     """[x | 1]: x (B, G, m, D) with a column of ones appended, (B, G, m, D+1)."""
     out = np.empty(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype)
@@ -213,53 +227,48 @@ def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap, keep=None)
     dtype = out5.dtype
     tight = gap < MAX_GAP[dtype.type]                                   # (B, G, r, n)
     lse = np.empty((B, G, r, n), dtype=dtype)                           # (B, G, r, n)
-    nb = _batch_group(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize)
-    for b0 in range(0, B, nb):
-        b1 = min(b0 + nb, B)
-        padb = None if pad is None else pad[b0:b1]
-        for q0 in range(0, n, bq):
-            q1 = min(q0 + bq, n)
-            rows = (b1 - b0, G, r, q1 - q0)
-            fixed = padb is None and tight[b0:b1, :, :, q0:q1].all()
-            qe = _augmented(q5, b0, b1, q0, q1, scale, -bound)          # (nb, G, r*nq, D+1)
-            qi = qe if fixed else qe[..., :D]
-            last = min(m, start + q1)                                   # keys past this are all future
-            mx = acc = None
-            for k0 in range(0, last, bk):
-                k1_ = min(k0 + bk, last)
-                kj = k1[b0:b1, :, k0:k1_]                               # (nb, G, kk, D+1)
-                sT = (kj if fixed else kj[..., :D]) @ qi.swapaxes(-1, -2)  # (nb, G, kk, r*nq)
-                _mask_tile(sT, r, q0, q1, k0, k1_, start, padb)
-                if not fixed:                                           # online softmax: running max
-                    new = sT.max(axis=-2, keepdims=True)                # (nb, G, 1, r*nq)
-                    if mx is not None:
-                        np.maximum(new, mx, out=new)
-                    # A query whose keys so far are all forbidden has max -inf; shift
-                    # it by 0 instead (its exponentials are 0 either way).
-                    shift = new if padb is None else np.where(np.isneginf(new), 0.0, new).astype(dtype)
-                    sT -= shift
-                np.exp(sT, out=sT)                                      # p~ = exp(s - shift)
-                part = sT.swapaxes(-1, -2) @ v1[b0:b1, :, k0:k1_]       # (nb, G, r*nq, D+1): [p~ v | sum p~]
-                if keep is not None and fixed and k1_ == last and k0 == 0:
-                    keep[b0, q0] = (sT, 1.0 / part[..., D:])            # p~ and 1 / sum p~, per query
-                if acc is None:
-                    acc = part
-                else:
-                    if not fixed:
-                        acc *= np.exp(mx - shift).swapaxes(-1, -2)      # rescale the old sums
-                    acc += part
-                if not fixed:
-                    mx = new
-            l = acc[..., D:]                                            # (nb, G, r*nq, 1)
-            ref = bound[b0:b1, :, :, q0:q1].reshape(*rows[:2], -1, 1) if fixed else mx.swapaxes(-1, -2)
-            if padb is None:
-                row_lse = np.log(l) + ref
+    for b0, b1, padb, q0, q1 in _tiles(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize, n, bq, pad):
+        rows = (b1 - b0, G, r, q1 - q0)
+        fixed = padb is None and tight[b0:b1, :, :, q0:q1].all()
+        qe = _augmented(q5, b0, b1, q0, q1, scale, -bound)          # (nb, G, r*nq, D+1)
+        qi = qe if fixed else qe[..., :D]
+        last = min(m, start + q1)                                   # keys past this are all future
+        mx = acc = None
+        for k0 in range(0, last, bk):
+            k1_ = min(k0 + bk, last)
+            kj = k1[b0:b1, :, k0:k1_]                               # (nb, G, kk, D+1)
+            sT = (kj if fixed else kj[..., :D]) @ qi.swapaxes(-1, -2)  # (nb, G, kk, r*nq)
+            _mask_tile(sT, r, q0, q1, k0, k1_, start, padb)
+            if not fixed:                                           # online softmax: running max
+                new = sT.max(axis=-2, keepdims=True)                # (nb, G, 1, r*nq)
+                if mx is not None:
+                    np.maximum(new, mx, out=new)
+                # A query whose keys so far are all forbidden has max -inf; shift
+                # it by 0 instead (its exponentials are 0 either way).
+                shift = new if padb is None else np.where(np.isneginf(new), 0.0, new).astype(dtype)
+                sT -= shift
+            np.exp(sT, out=sT)                                      # p~ = exp(s - shift)
+            part = sT.swapaxes(-1, -2) @ v1[b0:b1, :, k0:k1_]       # (nb, G, r*nq, D+1): [p~ v | sum p~]
+            if keep is not None and fixed and k1_ == last and k0 == 0:
+                keep[b0, q0] = (sT, 1.0 / part[..., D:])            # p~ and 1 / sum p~, per query
+            if acc is None:
+                acc = part
             else:
-                legal = l > 0
-                l = np.where(legal, l, 1.0).astype(dtype)
-                row_lse = np.where(legal, np.log(l) + ref, np.inf).astype(dtype)
-            np.divide(acc[..., :D].reshape(*rows, D), l.reshape(*rows, 1), out=out5[b0:b1, :, :, q0:q1])
-            lse[b0:b1, :, :, q0:q1] = row_lse.reshape(rows)
+                if not fixed:
+                    acc *= np.exp(mx - shift).swapaxes(-1, -2)      # rescale the old sums
+                acc += part
+            if not fixed:
+                mx = new
+        l = acc[..., D:]                                            # (nb, G, r*nq, 1)
+        ref = bound[b0:b1, :, :, q0:q1].reshape(*rows[:2], -1, 1) if fixed else mx.swapaxes(-1, -2)
+        if padb is None:
+            row_lse = np.log(l) + ref
+        else:
+            legal = l > 0
+            l = np.where(legal, l, 1.0).astype(dtype)
+            row_lse = np.where(legal, np.log(l) + ref, np.inf).astype(dtype)
+        np.divide(acc[..., :D].reshape(*rows, D), l.reshape(*rows, 1), out=out5[b0:b1, :, :, q0:q1])
+        lse[b0:b1, :, :, q0:q1] = row_lse.reshape(rows)
     return lse
 
 
@@ -298,43 +307,38 @@ def _backward(q5, k1, v1, scale, start, pad, g5, out5, lse, bq, bk, dq5, dk, dv,
         np.maximum(neg_lse, -np.finfo(dtype).max, out=neg_lse)
     neg_delta = np.einsum("bgrnd,bgrnd->bgrn", g5, out5)                # (B, G, r, n)
     np.negative(neg_delta, out=neg_delta)
-    nb = _batch_group(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize)
-    for b0 in range(0, B, nb):
-        b1 = min(b0 + nb, B)
-        padb = None if pad is None else pad[b0:b1]
-        for q0 in range(0, n, bq):
-            q1 = min(q0 + bq, n)
-            nq = q1 - q0
-            qe = _augmented(q5, b0, b1, q0, q1, scale, neg_lse)         # (nb, G, r*nq, D+1)
-            ge = _augmented(g5, b0, b1, q0, q1, None, neg_delta)        # (nb, G, r*nq, D+1)
-            qi, gi = qe[..., :D], ge[..., :D]                           # (nb, G, r*nq, D)
-            if kept is not None and (b0, q0) in kept:
-                pT, inv_sum = kept.pop((b0, q0))                        # (nb, G, kk, r*nq), (nb, G, r*nq, 1)
-                ge *= inv_sum                                           # p~ / sum p~ = p
-                kj, vj = k1[b0:b1, :, :pT.shape[2]], v1[b0:b1, :, :pT.shape[2]]
-                dv[b0:b1, :, :pT.shape[2]] += pT @ gi                   # (nb, G, kk, D)
-                dsT = vj @ ge.swapaxes(-1, -2)                          # (nb, G, kk, r*nq): (dp - delta) / sum p~
-                dsT *= pT
-                dk[b0:b1, :, :pT.shape[2]] += dsT @ qi                  # (nb, G, kk, D)
-                dqi = dsT.swapaxes(-1, -2) @ kj[..., :D]                # (nb, G, r*nq, D)
-                np.multiply(dqi.reshape(b1 - b0, G, r, nq, D), scale, out=dq5[b0:b1, :, :, q0:q1])
-                continue
-            dqi = None
-            for k0 in range(0, min(m, start + q1), bk):
-                k1_ = min(k0 + bk, m, start + q1)
-                kj, vj = k1[b0:b1, :, k0:k1_], v1[b0:b1, :, k0:k1_]     # (nb, G, kk, D+1)
-                pT = kj @ qe.swapaxes(-1, -2)                           # (nb, G, kk, r*nq): s - lse
-                _mask_tile(pT, r, q0, q1, k0, k1_, start, padb)
-                np.exp(pT, out=pT)                                      # the forward's probabilities
-                dv[b0:b1, :, k0:k1_] += pT @ gi                         # (nb, G, kk, D)
-                dsT = vj @ ge.swapaxes(-1, -2)                          # (nb, G, kk, r*nq): dp - delta
-                dsT *= pT                                               # d(scaled scores)
-                dk[b0:b1, :, k0:k1_] += dsT @ qi                        # (nb, G, kk, D)
-                if dqi is None:
-                    dqi = dsT.swapaxes(-1, -2) @ kj[..., :D]            # (nb, G, r*nq, D)
-                else:
-                    dqi += dsT.swapaxes(-1, -2) @ kj[..., :D]
+    for b0, b1, padb, q0, q1 in _tiles(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize, n, bq, pad):
+        nq = q1 - q0
+        qe = _augmented(q5, b0, b1, q0, q1, scale, neg_lse)         # (nb, G, r*nq, D+1)
+        ge = _augmented(g5, b0, b1, q0, q1, None, neg_delta)        # (nb, G, r*nq, D+1)
+        qi, gi = qe[..., :D], ge[..., :D]                           # (nb, G, r*nq, D)
+        if kept is not None and (b0, q0) in kept:
+            pT, inv_sum = kept.pop((b0, q0))                        # (nb, G, kk, r*nq), (nb, G, r*nq, 1)
+            ge *= inv_sum                                           # p~ / sum p~ = p
+            kj, vj = k1[b0:b1, :, :pT.shape[2]], v1[b0:b1, :, :pT.shape[2]]
+            dv[b0:b1, :, :pT.shape[2]] += pT @ gi                   # (nb, G, kk, D)
+            dsT = vj @ ge.swapaxes(-1, -2)                          # (nb, G, kk, r*nq): (dp - delta) / sum p~
+            dsT *= pT
+            dk[b0:b1, :, :pT.shape[2]] += dsT @ qi                  # (nb, G, kk, D)
+            dqi = dsT.swapaxes(-1, -2) @ kj[..., :D]                # (nb, G, r*nq, D)
             np.multiply(dqi.reshape(b1 - b0, G, r, nq, D), scale, out=dq5[b0:b1, :, :, q0:q1])
+            continue
+        dqi = None
+        for k0 in range(0, min(m, start + q1), bk):
+            k1_ = min(k0 + bk, m, start + q1)
+            kj, vj = k1[b0:b1, :, k0:k1_], v1[b0:b1, :, k0:k1_]     # (nb, G, kk, D+1)
+            pT = kj @ qe.swapaxes(-1, -2)                           # (nb, G, kk, r*nq): s - lse
+            _mask_tile(pT, r, q0, q1, k0, k1_, start, padb)
+            np.exp(pT, out=pT)                                      # the forward's probabilities
+            dv[b0:b1, :, k0:k1_] += pT @ gi                         # (nb, G, kk, D)
+            dsT = vj @ ge.swapaxes(-1, -2)                          # (nb, G, kk, r*nq): dp - delta
+            dsT *= pT                                               # d(scaled scores)
+            dk[b0:b1, :, k0:k1_] += dsT @ qi                        # (nb, G, kk, D)
+            if dqi is None:
+                dqi = dsT.swapaxes(-1, -2) @ kj[..., :D]            # (nb, G, r*nq, D)
+            else:
+                dqi += dsT.swapaxes(-1, -2) @ kj[..., :D]
+        np.multiply(dqi.reshape(b1 - b0, G, r, nq, D), scale, out=dq5[b0:b1, :, :, q0:q1])
 
 
 # ----------------------------------------------------------------------------
