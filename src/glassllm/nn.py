@@ -98,27 +98,29 @@ class Module:
         self._prefix = ""
 
     # -- walking --------------------------------------------------------------
+    def _child_attributes(self) -> list:
+        """(attribute name, value) of every attribute that is a module or a non-empty list of modules."""
+        return [(key, value) for key, value in self.__dict__.items()
+                if isinstance(value, Module) or (isinstance(value, (list, tuple)) and value
+                                                 and all(isinstance(v, Module) for v in value))]
+
     def children(self):
         """(attribute name, module) pairs in definition order; lists are expanded as name.i."""
-        for key, value in vars(self).items():
+        for key, value in self._child_attributes():
             if isinstance(value, Module):
                 yield key, value
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
-                for i, v in enumerate(value):
-                    yield f"{key}.{i}", v
+            else:
+                yield from ((f"{key}.{i}", v) for i, v in enumerate(value))
 
     def modules(self) -> list["Module"]:
-        """This module and every module below it, depth first in definition order."""
+        """This module and every module below it, depth first in definition order (no names built)."""
         out, stack = [], [self]
         while stack:
             module = stack.pop()
             out.append(module)
             below = []
-            for value in module.__dict__.values():                     # children(), without the names
-                if isinstance(value, Module):
-                    below.append(value)
-                elif type(value) in (list, tuple) and value and all(isinstance(v, Module) for v in value):
-                    below.extend(value)
+            for _, value in module._child_attributes():
+                below.extend((value,) if isinstance(value, Module) else value)
             stack.extend(reversed(below))
         return out
 
