@@ -188,8 +188,6 @@ class WindowSampler:
         self._types = (np.flatnonzero(np.bincount(np.asarray(ids, dtype=np.int64)))   # distinct ids, sorted
                        if repeat_fraction > 0 and repeat_tokens == "random" else None)
         self.batches = 0
-        self._offsets = np.arange(self.seq_len + 1)                          # (T+1,)
-        self._periods = (-(-(self.seq_len + 1) // 8), -(-(self.seq_len + 1) // 2))  # h from .. to (inclusive)
 
     def next_batch(self, seq_len: int | None = None, batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The next ``(x, y)``, each (B, T); ``seq_len``/``batch_size`` override T and B for this batch."""
@@ -197,13 +195,13 @@ class WindowSampler:
         T = self.seq_len if seq_len is None else int(seq_len)
         if not 1 <= T <= len(self.ids) - 1 or B < 1:
             raise ValueError(f"cannot draw {B} windows of {T} tokens from {len(self.ids)} tokens")
-        offsets = self._offsets if T == self.seq_len else np.arange(T + 1)       # (T+1,)
-        periods = self._periods if T == self.seq_len else (-(-(T + 1) // 8), -(-(T + 1) // 2))
+        offsets = np.arange(T + 1)                                                # (T+1,)
         starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
         index = starts[:, None] + offsets                                         # (B, T+1)
         if self.repeat_fraction > 0:
             repeat = self.rng.random(B)[:, None] < self.repeat_fraction           # (B, 1)
-            period = self.rng.integers(periods[0], periods[1] + 1, size=B)        # (B,)
+            shortest, longest = -(-(T + 1) // 8), -(-(T + 1) // 2)               # h: ceil((T+1)/8) .. ceil((T+1)/2)
+            period = self.rng.integers(shortest, longest + 1, size=B)             # (B,)
             cycle = offsets % period[:, None]                                     # (B, T+1): 0 .. h-1, 0 ..
             if self.repeat_tokens == "text":
                 index = np.where(repeat, starts[:, None] + cycle, index)          # text at s, over and over

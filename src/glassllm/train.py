@@ -269,7 +269,7 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
     scale = 1.0 / len(batches)
     total = 0.0
     for x, y in batches:
-        if threads is not None and threads.n > 1:
+        if threads is not None:
             value = threads.backward(x, y, scale)                         # forward and backward, shared out
         else:
             loss = model.loss(x, y)
