@@ -70,35 +70,29 @@ def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1):
 
     tc = TrainConfig(batch_size=batch, seq_len=seq)
     config = model_config(dim)
-    model = Transformer(config, seed=seed, dtype=np.float32)
     ids = np.random.default_rng(seed).integers(0, config.vocab_size, size=200_000).astype(np.uint16)
     sampler = lambda: WindowSampler(ids, seq, batch, np.random.default_rng(seed + 1))  # noqa: E731
+    blas = ThreadpoolController()
 
-    opt = AdamW(model.named_parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
-                weight_decay=tc.weight_decay)
-    ours = sampler()
+    def glassllm(workers: int):
+        """A fresh model, optimiser and batch stream; the step trains them with ``workers`` threads."""
+        model = Transformer(config, seed=seed, dtype=np.float32)
+        opt = AdamW(model.named_parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
+                    weight_decay=tc.weight_decay)
+        batches = sampler()
+        if workers == 1:
+            return model, lambda: train_step(model, opt, [batches.next_batch()], tc.lr, tc.grad_clip)[0]
+        shared = GradientThreads(model, workers)
 
-    def glassllm_step():
-        loss, _ = train_step(model, opt, [ours.next_batch()], tc.lr, tc.grad_clip)
-        return loss
-
-    steps = {"glassllm": glassllm_step}
-    if threads > 1:
-        workers = GradientThreads(model, threads)
-        blas = ThreadpoolController()
-
-        def glassllm_workers_step():
+        def step():
             with blas.limit(limits=1, user_api="blas"):                 # the workers are the parallelism
-                loss, _ = train_step(model, opt, [ours.next_batch()], tc.lr, tc.grad_clip, threads=workers)
-            return loss
+                return train_step(model, opt, [batches.next_batch()], tc.lr, tc.grad_clip, threads=shared)[0]
+        return model, step
 
-        blas_model = Transformer(config, seed=seed, dtype=np.float32)
-        blas_opt = AdamW(blas_model.named_parameters(), lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
-                         weight_decay=tc.weight_decay)
-        blas_batches = sampler()
-        steps = {"glassllm": glassllm_workers_step,
-                 "glassllm_blas": lambda: train_step(blas_model, blas_opt, [blas_batches.next_batch()],
-                                                     tc.lr, tc.grad_clip)[0]}
+    model, step = glassllm(threads)
+    steps = {"glassllm": step}
+    if threads > 1:
+        steps["glassllm_blas"] = glassllm(1)[1]
     for name, attention in (("torch_eager", "explicit"), ("torch_sdpa", "sdpa")):
         twin = TorchLlama(config.to_dict(), dtype=torch.float32, attention=attention)
         twin.load_glassllm_state(model.state_dict())

@@ -32,8 +32,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "src" / "glassllm" / "assets"
 MAX_BYTES = 8 * 1024 * 1024
@@ -114,11 +112,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT / "tools"))
     from induction_scores import induction_report
 
-    report = induction_report(target)
-    layer, head = np.unravel_index(report["scores"].argmax(), report["scores"].shape)
-    induction = {"first": report["first"], "second": report["second"], "layer": int(layer), "head": int(head),
-                 "best": float(report["scores"].max()), "chance": report["chance"]}
-    card = model_card(model, extra, config, valid, probe, samples, size, induction)
+    card = model_card(model, extra, config, valid, probe, samples, size, induction_report(target))
     atomic_write(dest / "MODEL_CARD.md", card)
     os.chmod(dest / "MODEL_CARD.md", 0o644)
     print(f"wrote {target} ({size:,} bytes) and {dest / 'MODEL_CARD.md'}")

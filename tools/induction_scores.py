@@ -20,7 +20,8 @@ import numpy as np
 
 
 def induction_report(path, n: int = 40, rows: int = 8, seed: int = 0) -> dict:
-    """{'first', 'second': mean losses; 'scores': (L, H) induction scores; 'chance'} for one model file."""
+    """{'first', 'second': mean losses; 'scores': (L, H) induction scores; 'best', 'layer', 'head': the
+    highest score and where; 'chance'} for one model file."""
     from glassllm.autograd import no_grad
     from glassllm.checkpoint import load_model
     from glassllm.sampling import model_probs
@@ -40,7 +41,9 @@ def induction_report(path, n: int = 40, rows: int = 8, seed: int = 0) -> dict:
         i = np.arange(n, 2 * n)
         scores += np.array([[t.get("attn.softmax", layer=l, head=h)[i, i - n + 1].mean() for h in range(H)]
                             for l in range(L)]) / rows
+    layer, head = np.unravel_index(scores.argmax(), scores.shape)
     return {"first": float(loss[:, :n - 1].mean()), "second": float(loss[:, n:].mean()), "scores": scores,
+            "best": float(scores.max()), "layer": int(layer), "head": int(head),
             "chance": float(np.mean(1 / (np.arange(n, 2 * n) + 1)))}
 
 
@@ -50,9 +53,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     for path in args.models:
         r = induction_report(path)
-        layer, head = np.unravel_index(r["scores"].argmax(), r["scores"].shape)
         print(f"{path}: loss first copy {r['first']:.2f}, second copy {r['second']:.2f} nats/token; "
-              f"best induction score {r['scores'].max():.3f} (layer {layer}, head {head}; chance {r['chance']:.3f})")
+              f"best induction score {r['best']:.3f} (layer {r['layer']}, head {r['head']}; chance {r['chance']:.3f})")
     return 0
 
 
