@@ -83,20 +83,23 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=128,
+                        help="model width: the default config at 128, else bench_train's config of that width")
     args = parser.parse_args(argv)
 
     from threadpoolctl import threadpool_limits
 
-    from glassllm.config import ModelConfig
+    from bench_train import model_config
     from glassllm.nn import Transformer
     from glassllm.optim import AdamW, clip_grad_norm
 
     fwd, bwd = instrument()
-    model = Transformer(ModelConfig(), seed=0)
+    config = model_config(args.dim)
+    model = Transformer(config, seed=0)
     opt = AdamW(model.named_parameters())
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 1024, (args.batch, args.seq))
-    y = rng.integers(0, 1024, (args.batch, args.seq))
+    x = rng.integers(0, config.vocab_size, (args.batch, args.seq))
+    y = rng.integers(0, config.vocab_size, (args.batch, args.seq))
 
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -118,7 +121,7 @@ def main(argv=None) -> int:
             steps.append({"total": t3 - t0, "forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2,
                           "faults": (f1 - f0, f2 - f1), "fwd": dict(fwd), "bwd": dict(bwd)})
     best = min(steps, key=lambda s: s["total"])
-    print(f"one training step, batch {args.batch} x {args.seq}, 1 thread, CPU seconds: fastest of {args.steps} "
+    print(f"one training step, width {config.dim}, batch {args.batch} x {args.seq}, 1 thread, CPU seconds: fastest of {args.steps} "
           f"{best['total']:.3f} (median {statistics.median(s['total'] for s in steps):.3f}) = forward "
           f"{best['forward']:.3f} + backward {best['backward']:.3f} + clip and AdamW {best['optimizer']:.3f}")
     print(f"minor page faults in that step: forward {best['faults'][0]}, backward {best['faults'][1]} "

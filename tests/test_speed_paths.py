@@ -112,6 +112,23 @@ def test_rope_complex_multiply_equals_pair_formula(dtype):
         assert_close(got, want, dtype, name)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_as_matrices_equals_the_pair_formula(dtype):
+    # The decoder's form: one (D, D) matrix per position, x @ R[p]. Rebuilt in the new dtype after a cast.
+    from glassllm.nn import Rotary
+
+    rotary = Rotary(8, 16, 10000.0, np.float32)
+    rotary.matrices()
+    rotary.cast(dtype)
+    R = rotary.matrices()                                               # (16, 8, 8)
+    assert R.shape == (16, 8, 8) and R.dtype == dtype and not R.flags.writeable
+    x = np.random.default_rng(3).standard_normal((16, 8)).astype(dtype)  # one row per position
+    cos, sin = rope_tables(np.arange(16), 4, dtype)                     # (16, D/2)
+    x0, x1 = x[:, 0::2], x[:, 1::2]
+    want = np.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1).reshape(x.shape)
+    assert_close(np.einsum("pd,pde->pe", x, R), want, dtype, "x @ R[p]")
+
+
 def test_rope_rejects_an_odd_head_size():
     with pytest.raises(ValueError, match="even"):
         ag.rope(Tensor(np.zeros((1, 2, 3))), np.ones((2, 1)), np.zeros((2, 1)))

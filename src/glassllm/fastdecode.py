@@ -6,8 +6,9 @@ tiny and the module path spends most of its time in Python -- building
 ``Tensor`` objects, checking shapes, asking a tracer that is not there. This
 path keeps the arithmetic and drops the bookkeeping:
 
-- the weights are packed once, already transposed for ``x @ W``: ``wq|wk|wv``
-  as one (C, (H+2G)D) matrix and ``w1|w3`` as one (C, 2F) matrix, so a layer
+- the weights are packed once (copies, seen through their transposes as ``x @ W``
+  reads them -- a GEMV walks each output's row of the (out, C) layout either way):
+  ``wq|wk|wv`` as one (C, (H+2G)D) matrix and ``w1|w3`` as one (C, 2F) matrix, so a layer
   makes four GEMMs instead of seven. Each RMSNorm gain is folded into the rows
   of the matrix that reads the norm's output (``(x r * w) @ W = (x r) @ (w W)``),
   the score scale 1/sqrt(D) into wq's columns (RoPE is linear, so it commutes),
@@ -57,9 +58,10 @@ class FastDecoder:
         self.scale = 1.0 / math.sqrt(c.head_dim)
         self.embed = model.tok_embeddings.weight.data                       # (V, C)
 
-        def packed(norm, *linears):
+        def packed(norm, *linears):  # (out, C) stacked, the gain folded in; returned as its (C, out) view
             w = np.concatenate([lin.weight.data for lin in linears])        # (out, C)
-            return np.ascontiguousarray(w.T * norm.weight.data[:, None])    # (C, out), gain folded in
+            w *= norm.weight.data
+            return w.T
 
         self.layers = []
         HD = c.n_heads * c.head_dim
@@ -71,20 +73,14 @@ class FastDecoder:
             w13[:, : c.ffn_dim] *= 0.5                                      # gate/2, exactly
             self.layers.append((
                 wqkv,                                                       # (C, (H+2G)D)
-                np.ascontiguousarray(a.wo.weight.data.T),                   # (H*D, C)
+                a.wo.weight.data.copy().T,                                  # (H*D, C)
                 w13,                                                        # (C, 2F)
-                np.ascontiguousarray(f.w2.weight.data.T),                   # (F, C)
+                f.w2.weight.data.copy().T,                                  # (F, C)
             ))
         self.out = packed(model.norm, model.output)                         # (C, V)
 
         # RoPE as a matmul: row-vector x @ R[p] turns each pair (x[2i], x[2i+1]) by angle p*w_i.
-        cos, sin = model.rotary.cos, model.rotary.sin                       # (max_len, D/2)
-        L, half = cos.shape
-        R = np.zeros((L, half, 2, half, 2), dtype=cos.dtype)                # (max_len, D/2, 2, D/2, 2)
-        i = np.arange(half)
-        R[:, i, 0, i, 0], R[:, i, 0, i, 1] = cos, sin                       # x[2i]   -> ( c, s)
-        R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -sin, cos                      # x[2i+1] -> (-s, c)
-        self.rot = R.reshape(L, 2 * half, 2 * half)                         # (max_len, D, D)
+        self.rot = model.rotary.matrices()                                  # (max_len, D, D)
 
     def _rms(self, x: np.ndarray) -> np.ndarray:
         """x / rms(x) over the last axis (the gain lives in the next matrix): (N, C)."""
@@ -117,7 +113,7 @@ class FastDecoder:
         if mask is not None:
             mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
 
-        x = self.embed[tokens.reshape(-1)]                                  # (N, C)
+        x = self.embed[tokens.reshape(-1)]                                  # (N, C), a copy: updated in place
         for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):
             # Attention: project, rotate q and k together, cache, read all m keys.
             qkv = self._rms(x) @ wqkv                                       # (N, (H+2G)D)
@@ -154,7 +150,7 @@ class FastDecoder:
                 heads = mix.reshape(B, H * D)                               # (N, H*D)
             else:
                 heads = mix.reshape(B, G, r, n, D).transpose(0, 3, 1, 2, 4).reshape(N, H * D)  # (N, H*D)
-            x = x + heads @ wo                                              # (N, C)
+            x += heads @ wo                                                 # (N, C)
 
             # SwiGLU: silu(g) * u = g * (1 + tanh(g/2)) / 2 * u, and the matrix already made g/2.
             gu = self._rms(x) @ w13                                         # (N, 2F): (g/2 | u)
@@ -164,7 +160,7 @@ class FastDecoder:
             act += 1.0
             act *= half_gate
             act *= up
-            x = x + act @ w2                                                # (N, C)
+            x += act @ w2                                                   # (N, C)
 
         cache.start = m
         last = x.reshape(B, n, -1)[:, -1]                                   # (B, C)

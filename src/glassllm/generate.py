@@ -265,13 +265,14 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     eot = _eot_id(tokenizer)
     utf8 = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(B)]
     texts = [""] * B
-    alive = np.ones(B, dtype=bool)
+    alive = [True] * B                                                   # a list: B is small, and this runs per token
 
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
         if fast is not False and model._tracer is None:
-            lean = lean or FastDecoder(model)
+            if lean is None:
+                lean = FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position
         else:
             with no_grad():
@@ -279,7 +280,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
         probs = model_probs(logits)                                      # (B, V) the model's own
         if temperature == 0.0:
             chosen = logits.argmax(axis=-1)                              # (B,)
-            drawn_p = np.ones(B)
+            drawn_p = [1.0] * B
         else:
             if temperature == 1.0 and top_k is None and top_p in (None, 1.0):
                 dist = probs                                             # nothing to change
@@ -288,7 +289,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
             chosen = np.array([sample(dist[b], rngs[b]) if alive[b] else 0 for b in range(B)])
             drawn_p = dist[np.arange(B), chosen]
 
-        for b in np.flatnonzero(alive):
+        for b in [b for b in range(B) if alive[b]]:
             i = int(chosen[b])
             finish = None
             if i == eot:
@@ -313,7 +314,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
             )
             if finish is not None:
                 alive[b] = False
-        if not alive.any():
+        if not any(alive):
             return
         tokens = chosen[:, None].astype(np.int64)                        # (B, 1) fed back; dead rows ride along
 

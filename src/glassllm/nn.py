@@ -267,10 +267,28 @@ class Rotary:
     def cast(self, dtype) -> None:
         self.cos = self._cos64.astype(dtype)
         self.sin = self._sin64.astype(dtype)
+        self._matrices = None
 
     def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos, sin for integer ``positions`` of any shape: (..., D/2)."""
         return self.cos[positions], self.sin[positions]
+
+    def matrices(self) -> np.ndarray:
+        """The same rotations as matrices, (max_len, D, D): row vector ``x @ R[p]`` turns x to position p.
+
+        Pair i's 2 x 2 block is [[cos, sin], [-sin, cos]], so (x[2i], x[2i+1])
+        becomes (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Built on the
+        first call and kept (until :meth:`cast`): the decoder reads one per step.
+        """
+        if self._matrices is None:
+            L, half = self.cos.shape
+            R = np.zeros((L, half, 2, half, 2), dtype=self.cos.dtype)       # (max_len, D/2, 2, D/2, 2)
+            i = np.arange(half)
+            R[:, i, 0, i, 0], R[:, i, 0, i, 1] = self.cos, self.sin          # x[2i]   -> ( c, s)
+            R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -self.sin, self.cos         # x[2i+1] -> (-s, c)
+            R.flags.writeable = False
+            self._matrices = R.reshape(L, 2 * half, 2 * half)               # (max_len, D, D)
+        return self._matrices
 
 
 class Attention(Module):

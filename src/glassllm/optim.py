@@ -74,8 +74,8 @@ def global_norm(params) -> float:
     total = 0.0
     for p in params:
         if p.grad is not None:
-            g = p.grad.astype(np.float64, copy=False).ravel()
-            total += float(g @ g)
+            g = p.grad.ravel()
+            total += float(np.dot(g, g))  # per tensor in its own dtype (as PyTorch does), summed in a float
     return math.sqrt(total)
 
 
@@ -139,20 +139,31 @@ class AdamW:
         lr, b1, b2 = self.lr, self.beta1, self.beta2
         bc1 = 1.0 - b1 ** self.t
         bc2_sqrt = math.sqrt(1.0 - b2 ** self.t)
+        scratch = {}  # one work buffer per dtype, as large as the largest parameter: no allocation per tensor
         for name, p in self.params.items():
             g = p.grad
             if g is None:
                 continue
             dt = p.data.dtype
             m, v = self.m[name], self.v[name]
+            if dt not in scratch:
+                scratch[dt] = np.empty(max(q.data.size for q in self.params.values()), dtype=dt)
+            t = scratch[dt][: p.data.size].reshape(p.data.shape)
             if self.decay[name] and self.weight_decay:
                 p.data *= dt.type(1.0 - lr * self.weight_decay)
-            m *= dt.type(b1)
-            m += dt.type(1.0 - b1) * g
-            v *= dt.type(b2)
-            v += dt.type(1.0 - b2) * (g * g)
-            denom = np.sqrt(v) / dt.type(bc2_sqrt) + dt.type(self.eps)
-            p.data -= dt.type(lr / bc1) * (m / denom)
+            np.subtract(g, m, out=t)                     # m <- m + (1 - b1)(g - m), PyTorch's lerp
+            t *= dt.type(1.0 - b1)
+            m += t
+            v *= dt.type(b2)                             # v <- b2 v + (1 - b2) g^2
+            np.multiply(g, g, out=t)
+            t *= dt.type(1.0 - b2)
+            v += t
+            np.sqrt(v, out=t)                            # denominator sqrt(v) / sqrt(1 - b2^t) + eps
+            t /= dt.type(bc2_sqrt)
+            t += dt.type(self.eps)
+            np.divide(m, t, out=t)
+            t *= dt.type(lr / bc1)
+            p.data -= t
 
     # -- state ------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -117,7 +117,7 @@ class SamplingConfig:
 
 
 def _check_logits(logits) -> tuple[np.ndarray, np.ndarray]:
-    """Logits as float64 (B, V) or (V,), and each row's maximum; ValueError if unusable.
+    """Logits as a new float64 array (B, V) or (V,), and each row's maximum; ValueError if unusable.
 
     One maximum catches every broken row: it is NaN if the row has a NaN, +inf
     if it has a +inf, and -inf if every entry is -inf (no id can be drawn).
@@ -137,9 +137,11 @@ def _check_logits(logits) -> tuple[np.ndarray, np.ndarray]:
 
 def model_probs(logits) -> np.ndarray:
     """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64."""
-    z, peak = _check_logits(logits)
-    e = np.exp(z - peak)                                               # (..., V)
-    return e / e.sum(axis=-1, keepdims=True)
+    z, peak = _check_logits(logits)                                    # z: a float64 copy, ours to overwrite
+    z -= peak
+    e = np.exp(z, out=z)                                               # (..., V)
+    e /= np.add.reduce(e, axis=-1, keepdims=True)
+    return e
 
 
 def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,
