@@ -75,6 +75,16 @@ def test_global_norm_hand_value():
     assert np.allclose(a.grad, [0.6, 0.0])
 
 
+def test_global_norm_of_huge_float32_gradients_is_finite():
+    # 3e19 squared overflows float32; the norm must still be the true one, so that only
+    # a gradient that really is inf or NaN stops a training step.
+    a = Tensor(np.zeros(2, dtype=np.float32), requires_grad=True)
+    a.grad = np.array([3e19, 4e19], dtype=np.float32)
+    assert global_norm([a]) == pytest.approx(5e19, rel=1e-6)
+    a.grad = np.array([3e19, np.inf], dtype=np.float32)
+    assert global_norm([a]) == np.inf
+
+
 @pytest.mark.parametrize("max_norm", [0.5, 1e3])
 def test_clip_matches_torch(max_norm):
     torch = pytest.importorskip("torch")

@@ -71,11 +71,13 @@ def lr_lambda(peak: float, warmup: int, total: int, min_lr: float = 0.0):
 
 def global_norm(params) -> float:
     """L2 norm of all gradients together (parameters without a gradient count as zero)."""
-    total = 0.0
-    for p in params:
-        if p.grad is not None:
-            g = p.grad.ravel()
-            total += float(np.dot(g, g))  # per tensor in its own dtype (as PyTorch does), summed in a float
+    grads = [p.grad.ravel() for p in params if p.grad is not None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = math.fsum(float(np.dot(g, g)) for g in grads)  # per tensor in its own dtype, as PyTorch does
+    if not math.isfinite(total):
+        # A float32 sum of squares overflows past ~1.8e38 (gradients ~1e19) although every
+        # gradient is finite: redo it in float64, so only a real inf or NaN gives a non-finite norm.
+        total = math.fsum(float(g @ g) for g in (g.astype(np.float64) for g in grads))
     return math.sqrt(total)
 
 
