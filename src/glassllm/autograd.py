@@ -296,19 +296,21 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
-    return _softmax_inplace(x.copy(), axis)
+    return _softmax_inplace(x, axis, copy=True)
 
 
-def _softmax_inplace(s: np.ndarray, axis: int = -1) -> np.ndarray:
+def _softmax_inplace(s: np.ndarray, axis: int = -1, copy: bool = False) -> np.ndarray:
     """Softmax of a float array, overwriting it (one temporary per row, not per entry).
 
+    With ``copy`` the input is left alone: the shifted scores ``s - max`` are
+    the new array (one pass, where a copy and then a subtraction would be two).
     The row maximum uses ``fmax`` (no NaN bookkeeping; a NaN row stays NaN
     through exp anyway); rows of the last axis are summed by a matrix-vector
     product, several times faster than a reduction over short rows.
     """
     peak = np.fmax.reduce(s, axis=axis, keepdims=True)
     peak[np.isneginf(peak)] = 0.0      # an all -inf row: exp(-inf - 0) = 0 everywhere
-    s -= peak
+    s = np.subtract(s, peak) if copy else np.subtract(s, peak, out=s)
     np.exp(s, out=s)
     total = _row_sums(s, axis)
     total[total == 0] = 1.0            # ... and 0 / 1 = 0 instead of 0 / 0
