@@ -565,7 +565,7 @@ class Trainer:
         scope = contextlib.ExitStack()
         if threads is not None:
             scope.callback(threads.close)
-            scope.enter_context(_one_blas_thread())                      # the workers are the parallelism
+            scope.enter_context(_threads(1))                             # the workers are the parallelism
         try:
             while self.step < stop:
                 t0 = time.perf_counter()
@@ -777,20 +777,10 @@ def _given(args, prefix: str) -> dict:
     return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
-def _one_blas_thread():
-    """Pin BLAS to one thread (threadpoolctl, when installed; the core needs only NumPy)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(1)
-
-
 def _threads(n):
-    from contextlib import nullcontext
-
+    """Limit BLAS to ``n`` threads while the context is open (None: the library's choice)."""
     if n is None:
-        return nullcontext()
+        return contextlib.nullcontext()
     if n < 1:
         raise ValueError(f"--threads must be >= 1, got {n}")
     from threadpoolctl import threadpool_limits
