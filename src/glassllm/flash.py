@@ -96,13 +96,14 @@ def _batch_group(B: int, row_bytes: int) -> int:
     return max(1, min(B, TILE_BYTES // max(row_bytes, 1)))
 
 
-def _tiles(B: int, row_bytes: int, n: int, bq: int, pad):
+def _tiles(q5: np.ndarray, m: int, bq: int, bk: int, pad):
     """(b0, b1, pad[b0:b1], q0, q1) of every tile, batch groups outer, query blocks inner.
 
-    The forward and the backward walk the same tiles in the same order (the
-    kept probability tiles are keyed by (b0, q0)).
+    q5 (B, G, r, n, D) queries against m keys. The forward and the backward walk
+    the same tiles in the same order (the kept probability tiles are keyed by (b0, q0)).
     """
-    nb = _batch_group(B, row_bytes)
+    B, G, r, n, _ = q5.shape
+    nb = _batch_group(B, G * r * min(bq, n) * min(bk, m) * q5.dtype.itemsize)
     for b0 in range(0, B, nb):
         b1 = min(b0 + nb, B)
         padb = None if pad is None else pad[b0:b1]
@@ -227,7 +228,7 @@ def _forward(q5, k1, v1, scale, start, pad, out5, bq, bk, bound, gap, keep=None)
     dtype = out5.dtype
     tight = gap < MAX_GAP[dtype.type]                                   # (B, G, r, n)
     lse = np.empty((B, G, r, n), dtype=dtype)                           # (B, G, r, n)
-    for b0, b1, padb, q0, q1 in _tiles(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize, n, bq, pad):
+    for b0, b1, padb, q0, q1 in _tiles(q5, m, bq, bk, pad):
         rows = (b1 - b0, G, r, q1 - q0)
         fixed = padb is None and tight[b0:b1, :, :, q0:q1].all()
         qe = _augmented(q5, b0, b1, q0, q1, scale, -bound)          # (nb, G, r*nq, D+1)
@@ -307,7 +308,7 @@ def _backward(q5, k1, v1, scale, start, pad, g5, out5, lse, bq, bk, dq5, dk, dv,
         np.maximum(neg_lse, -np.finfo(dtype).max, out=neg_lse)
     neg_delta = np.einsum("bgrnd,bgrnd->bgrn", g5, out5)                # (B, G, r, n)
     np.negative(neg_delta, out=neg_delta)
-    for b0, b1, padb, q0, q1 in _tiles(B, G * r * min(bq, n) * min(bk, m) * dtype.itemsize, n, bq, pad):
+    for b0, b1, padb, q0, q1 in _tiles(q5, m, bq, bk, pad):
         nq = q1 - q0
         qe = _augmented(q5, b0, b1, q0, q1, scale, neg_lse)         # (nb, G, r*nq, D+1)
         ge = _augmented(g5, b0, b1, q0, q1, None, neg_delta)        # (nb, G, r*nq, D+1)
