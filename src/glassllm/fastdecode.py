@@ -100,6 +100,8 @@ class FastDecoder:
             raise ValueError(f"sequence of {m} positions (start {start} + {n} new) exceeds the cache capacity "
                              f"{cache.capacity}")
         pad = cache.pad
+        if n == 1 and pad is None:
+            return self._next(tokens[:, 0], cache)
 
         # Positions and the mask, by the module path's rules.
         if pad is None:
@@ -165,3 +167,41 @@ class FastDecoder:
         cache.start = m
         last = x.reshape(B, n, -1)[:, -1]                                   # (B, C)
         return self._rms(last) @ self.out                                   # (B, V)
+
+    def _next(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+        """One new token per row, no padding: the decode step, with as few NumPy calls as the math allows.
+
+        The same arithmetic as the general path with n = 1 (which needs no mask):
+        the new key and value are written straight into the cache slot at
+        ``start``, and softmax's division is applied to the (r, D) mix instead of
+        the (r, m) weights (sum_j p_j v_j / sum_j p_j: the same numbers, fewer divisions).
+        """
+        B = len(ids)
+        H, G, D = self.H, self.G, self.D
+        HD, KD = H * D, (H + G) * D
+        start = cache.start
+        m = start + 1
+        rot = self.rot[start]                                               # (D, D)
+        x = self.embed[ids]                                                 # (B, C), a copy: updated in place
+        for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):
+            qkv = self._rms(x) @ wqkv                                       # (B, (H+2G)D)
+            qk = qkv[:, :KD].reshape(B, H + G, D) @ rot                     # (B, H+G, D), rotated
+            cache.k[layer, :, :, start] = qk[:, H:]                         # (B, G, D)
+            cache.v[layer, :, :, start] = qkv[:, KD:].reshape(B, G, D)      # (B, G, D)
+            s = qk[:, :H].reshape(B, G, H // G, D) @ cache.k[layer, :, :, :m].swapaxes(-1, -2)  # (B, G, r, m)
+            s -= np.maximum.reduce(s, axis=-1, keepdims=True)
+            np.exp(s, out=s)
+            mix = s @ cache.v[layer, :, :, :m]                              # (B, G, r, D), not yet divided
+            mix /= np.add.reduce(s, axis=-1, keepdims=True)
+            x += mix.reshape(B, HD) @ wo                                    # (B, C)
+
+            gu = self._rms(x) @ w13                                         # (B, 2F): (g/2 | u)
+            F = gu.shape[-1] // 2
+            half_gate = gu[:, :F]
+            act = np.tanh(half_gate)
+            act += 1.0
+            act *= half_gate
+            act *= gu[:, F:]
+            x += act @ w2                                                   # (B, C)
+        cache.start = m
+        return self._rms(x) @ self.out                                      # (B, V)

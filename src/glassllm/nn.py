@@ -99,10 +99,10 @@ class Module:
 
     # -- walking --------------------------------------------------------------
     def _child_attributes(self) -> list:
-        """(attribute name, value) of every attribute that is a module or a non-empty list of modules."""
-        return [(key, value) for key, value in self.__dict__.items()
-                if isinstance(value, Module) or (isinstance(value, (list, tuple)) and value
-                                                 and all(isinstance(v, Module) for v in value))]
+        """(attribute name, value) of every public attribute that is a module or a non-empty list of modules."""
+        return [(key, value) for key, value in self.__dict__.items() if key[0] != "_" and (
+                isinstance(value, Module) or (isinstance(value, (list, tuple)) and value
+                                                 and all(isinstance(v, Module) for v in value)))]
 
     def children(self):
         """(attribute name, module) pairs in definition order; lists are expanded as name.i."""
@@ -540,6 +540,11 @@ class Transformer(Module):
         self._assign_prefixes()
 
     def _assign_prefixes(self) -> None:
+        """Give every module its snapshot prefix; keep the module list and the snapshot table.
+
+        The structure is fixed here, once: a tracer is attached and detached
+        on every traced forward, so that walk is not repeated each time.
+        """
         self._prefix = ""
         for i, block in enumerate(self.layers):
             block._prefix = f"layers.{i}."
@@ -548,6 +553,12 @@ class Transformer(Module):
             block.ffn_norm._prefix = f"layers.{i}.mlp_norm."
             block.feed_forward._prefix = f"layers.{i}.mlp."
         self.norm._prefix = "norm."
+        self._all_modules = self.modules()
+        self._axes = self._walk_snapshot_axes()
+
+    def set_tracer(self, tracer) -> None:
+        for m in self._all_modules:
+            m._tracer = tracer
 
     def _cast_buffers(self, dtype) -> None:
         self.rotary.cast(dtype)
@@ -557,6 +568,9 @@ class Transformer(Module):
         return self.tok_embeddings.weight.dtype
 
     def snapshot_axes(self) -> dict[str, tuple[str, ...]]:
+        return dict(self._axes)
+
+    def _walk_snapshot_axes(self) -> dict[str, tuple[str, ...]]:
         own = super().snapshot_axes()
         out = {"embed": own["embed"]}
         for block in self.layers:
