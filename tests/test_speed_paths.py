@@ -80,6 +80,26 @@ def test_stacked_linear_names_bad_shapes():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_row_sums_and_means_as_one_gemv_equal_numpy_reductions(dtype, keepdims):
+    # sum/mean over the last axis of a C-contiguous float array go through a
+    # GEMV with a ones vector; strided inputs, other axes and other dtypes do not.
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 5, 40)) * 10).astype(dtype)
+    for a, what in ((x, "contiguous"), (x[:, :, ::2], "strided"), (x.transpose(2, 0, 1), "transposed")):
+        assert_close(ag.sum(Tensor(a), axis=-1, keepdims=keepdims).data,
+                     a.astype(np.float64).sum(axis=-1, keepdims=keepdims), dtype, f"sum, {what}")
+        assert_close(ag.mean(Tensor(a), axis=2, keepdims=keepdims).data,
+                     a.astype(np.float64).mean(axis=2, keepdims=keepdims), dtype, f"mean, {what}")
+    t = Tensor(x, requires_grad=True)
+    cot = rng.standard_normal((3, 5, 1) if keepdims else (3, 5)).astype(dtype)
+    ag.mean(t, axis=-1, keepdims=keepdims).backward(cot)
+    assert_close(t.grad, np.broadcast_to(cot.reshape(3, 5, 1) / 40, x.shape), dtype, "mean gradient")
+    half = x.astype(np.float16)  # float16 keeps NumPy's own (float32-accumulating) mean
+    np.testing.assert_array_equal(ag.mean(Tensor(half), axis=-1).data, half.mean(axis=-1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_swiglu_equals_silu_times_up(dtype):
     rng = np.random.default_rng(1)
     a = (rng.standard_normal((3, 4, 10)) * 4).astype(dtype)
