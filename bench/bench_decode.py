@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds")
     parser.add_argument("--growth-repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_decode.json"))
