@@ -677,10 +677,9 @@ def reshape(a, shape) -> Tensor:
 def transpose(a, axes=None) -> Tensor:
     a = _as_tensor(a)
     axes = tuple(reversed(range(a.ndim))) if axes is None else tuple(axes)
-    inverse = tuple(np.argsort(axes))
 
     def backward(g):
-        return (g.transpose(inverse),)
+        return (g.transpose(np.argsort(axes)),)
     return _make(a.data.transpose(axes), (a,), backward)
 
 
