@@ -10,12 +10,15 @@ faults per forward, ~4 us each -- 0.15 s of a 0.65 s step, spent before a
 single number was computed.
 
 What. :func:`keep_freed_memory` raises glibc's mmap threshold to its maximum
-(32 MiB: smaller blocks come from the heap) and its trim threshold to 1 GiB
-(up to that much free memory at the top of the heap stays mapped). The next
-step then reuses the same, already-faulted pages. Peak memory is unchanged --
-it is the same arrays -- but the process keeps its high-water mark instead of
-shrinking between steps. PyTorch users get the same effect from jemalloc or
-tcmalloc.
+(32 MiB: smaller blocks come from the heap) and its trim threshold to the
+largest value ``mallopt`` takes, 2 GiB - 1 (up to that much free memory at
+the top of the heap stays mapped). The next step then reuses the same,
+already-faulted pages. Peak memory is unchanged -- it is the same arrays --
+but the process keeps its high-water mark instead of shrinking between steps.
+PyTorch users get the same effect from jemalloc or tcmalloc. (A trim threshold
+of 1 GiB was not enough at width 512, whose step peaks at 1.35 GB: every other
+step handed its activations back and faulted ~83,000 pages in again, about
+a tenth of the step.)
 
 ``glassllm.autograd`` calls it once on import. It does nothing on a C library
 other than glibc, and nothing when the environment sets
@@ -31,7 +34,7 @@ import os
 __all__ = ["keep_freed_memory", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
 MMAP_THRESHOLD = 32 * 1024 * 1024   # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit
-TRIM_THRESHOLD = 1 << 30
+TRIM_THRESHOLD = 2**31 - 1          # mallopt's value is a C int
 
 _M_TRIM_THRESHOLD = -1              # <malloc.h>
 _M_MMAP_THRESHOLD = -3
