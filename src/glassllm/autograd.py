@@ -530,11 +530,10 @@ def _norm_axis(axis, ndim):
 
 
 def _sum_np(x: np.ndarray, axes: tuple, keepdims: bool) -> np.ndarray:
-    """``x.sum(axes, keepdims)``; over the last axis of C-contiguous float32/64, as one GEMV (:func:`_row_sums`)."""
+    """``x.sum(axes, keepdims)``; over the last axis of float32/64, through :func:`_row_sums` (a GEMV when it can)."""
     if axes == (x.ndim - 1,) and x.ndim >= 2 and x.dtype in (np.float32, np.float64):
-        if x.flags.c_contiguous and x.shape[-1] > 0:
-            out = _row_sums(x, -1)
-            return out if keepdims else out[..., 0]
+        out = _row_sums(x, -1)
+        return out if keepdims else out[..., 0]
     return x.sum(axis=axes, keepdims=keepdims)
 
 

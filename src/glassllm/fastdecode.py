@@ -88,6 +88,20 @@ class FastDecoder:
             return x * (1.0 / math.sqrt(float(x[0] @ x[0]) / x.shape[-1] + self.eps))
         return x / np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1] + self.eps)
 
+    @staticmethod
+    def _gated(gu: np.ndarray) -> np.ndarray:
+        """SwiGLU's gating from (g/2 | u), (N, 2F) -> (N, F): silu(g) * u = g * (1 + tanh(g/2)) / 2 * u.
+
+        The packed matrix already made g/2, so no extra ``* 0.5`` is needed.
+        """
+        F = gu.shape[-1] // 2
+        half_gate = gu[:, :F]
+        act = np.tanh(half_gate)
+        act += 1.0
+        act *= half_gate
+        act *= gu[:, F:]
+        return act
+
     def __call__(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
         tokens = np.asarray(tokens)
         B, n = tokens.shape
@@ -154,15 +168,7 @@ class FastDecoder:
                 heads = mix.reshape(B, G, r, n, D).transpose(0, 3, 1, 2, 4).reshape(N, H * D)  # (N, H*D)
             x += heads @ wo                                                 # (N, C)
 
-            # SwiGLU: silu(g) * u = g * (1 + tanh(g/2)) / 2 * u, and the matrix already made g/2.
-            gu = self._rms(x) @ w13                                         # (N, 2F): (g/2 | u)
-            F = gu.shape[-1] // 2
-            half_gate, up = gu[:, :F], gu[:, F:]
-            act = np.tanh(half_gate)
-            act += 1.0
-            act *= half_gate
-            act *= up
-            x += act @ w2                                                   # (N, C)
+            x += self._gated(self._rms(x) @ w13) @ w2                       # (N, C)
 
         cache.start = m
         last = x.reshape(B, n, -1)[:, -1]                                   # (B, C)
@@ -194,14 +200,6 @@ class FastDecoder:
             mix = s @ cache.v[layer, :, :, :m]                              # (B, G, r, D), not yet divided
             mix /= np.add.reduce(s, axis=-1, keepdims=True)
             x += mix.reshape(B, HD) @ wo                                    # (B, C)
-
-            gu = self._rms(x) @ w13                                         # (B, 2F): (g/2 | u)
-            F = gu.shape[-1] // 2
-            half_gate = gu[:, :F]
-            act = np.tanh(half_gate)
-            act += 1.0
-            act *= half_gate
-            act *= gu[:, F:]
-            x += act @ w2                                                   # (B, C)
+            x += self._gated(self._rms(x) @ w13) @ w2                       # (B, C)
         cache.start = m
         return self._rms(x) @ self.out                                      # (B, V)

@@ -553,12 +553,12 @@ class Transformer(Module):
             block.ffn_norm._prefix = f"layers.{i}.mlp_norm."
             block.feed_forward._prefix = f"layers.{i}.mlp."
         self.norm._prefix = "norm."
-        self._all_modules = self.modules()
+        self._all_modules = tuple(super().modules())
         self._axes = self._walk_snapshot_axes()
 
-    def set_tracer(self, tracer) -> None:
-        for m in self._all_modules:
-            m._tracer = tracer
+    def modules(self) -> list[Module]:
+        """As :meth:`Module.modules`, walked once at construction (the structure is fixed there)."""
+        return list(self._all_modules)
 
     def _cast_buffers(self, dtype) -> None:
         self.rotary.cast(dtype)
