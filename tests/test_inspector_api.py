@@ -169,6 +169,18 @@ def test_gradients_equal_the_pytorch_reference(client, parts, reference, name, l
         np.testing.assert_allclose(decode_array(body["values"]), want, rtol=1e-8, atol=1e-12)
 
 
+def test_a_plain_snapshot_never_reports_a_cached_gradient_runs_target(client, parts, reference):
+    """A value request may be answered from a cached run with gradients; it still says grad false, no target."""
+    model, tokenizer = parts
+    prompt = "a prompt seen first with gradients"
+    r = post(client, "snapshot", {"prompt": prompt, "name": "logits", "grad": True, "target": 5})
+    assert r.status_code == 200 and r.json()["target"] == 5
+    body = post(client, "snapshot", {"prompt": prompt, "name": "logits"}).json()
+    assert body["grad"] is False and body["target"] is None and body["target_piece"] is None
+    _, _, last = torch_capture(reference, tokenizer.encode(prompt, allowed_special="all"))
+    np.testing.assert_allclose(decode_array(body["values"])[-1], last, rtol=1e-8, atol=1e-10)  # values, not grads
+
+
 def test_next_token_logits_and_survivors(client, parts, reference):
     _, tokenizer = parts
     ids = tokenizer.encode(PROMPT, allowed_special="all")
@@ -373,6 +385,27 @@ def test_server_serves_only_its_assets(client):
     assert client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
     r = client.post("/api/tokens", content=b"{" + b" " * 300_000 + b"}", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "too large" in r.json()["error"]
+
+
+def test_a_body_shorter_than_its_content_length_gets_400_not_a_hung_connection(inspector, monkeypatch):
+    """A real socket: the client declares 100 bytes and sends 10; the server answers once BODY_TIMEOUT_S passes."""
+    import socket
+
+    from glassllm.inspector import server as srv
+
+    monkeypatch.setattr(srv, "BODY_TIMEOUT_S", 0.5)
+    s = srv.Server(create_app(inspector, prompt=PROMPT), "127.0.0.1", 0).start()
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+            c.sendall(b"POST /api/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"prompt\":")
+            answer = c.recv(65536).decode()              # raises socket.timeout if the server never answers
+        assert answer.startswith("HTTP/1.1 400"), answer[:200]
+        assert json.loads(answer.split("\r\n\r\n", 1)[1])["error"].startswith("request body incomplete: 100 bytes")
+        r = TestClient(create_app(inspector), base_url="http://127.0.0.1").post("/api/tokens", json={"prompt": "hi"})
+        assert r.status_code == 200                      # and a whole body is still read as before
+    finally:
+        s.stop()
 
 
 def test_random_bodies_never_give_500(client):

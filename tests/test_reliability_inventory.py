@@ -397,8 +397,11 @@ def decode_array(enc: dict) -> np.ndarray:
     return np.frombuffer(base64.b64decode(enc["b64"]), dtype=dtype).reshape(enc["shape"])
 
 
+MAX_ERROR_CHARS = 2000  # a line a person reads: an error never echoes a whole request back
+
+
 def _one_line(text: str) -> bool:
-    return bool(text.strip()) and "\n" not in text.strip()
+    return bool(text.strip()) and "\n" not in text.strip() and len(text.strip()) <= MAX_ERROR_CHARS
 
 
 def _mentions(case: Case, line: str) -> str:

@@ -87,7 +87,8 @@ for field, raw, words in [
     SERVER_CASES.append(srv("sampling parameter out of range", f'POST /api/next {{"{field}": {raw}}}',
                             req("/api/next", f'{{"prompt": "{P}", "{field}": {raw}}}'.encode()), words))
 for iv, words in [
-    ({"kind": "temperature", "layer": 0, "temperature": 0}, ("intervention.temperature", "greater than 0")),
+    ({"kind": "temperature", "layer": 0, "temperature": 0}, ("intervention.temperature", "greater than or equal to 0.001")),
+    ({"kind": "temperature", "layer": 0, "temperature": 1e-40}, ("intervention.temperature", "0.001", "1e-40")),
     ({"kind": "temperature", "layer": 0, "temperature": -2}, ("intervention.temperature", "-2")),
     ({"kind": "temperature", "layer": 0, "temperature": 1000}, ("intervention.temperature", "1000")),
 ]:
@@ -132,6 +133,8 @@ SERVER_CASES += [
         snap(grad=True, target=-1), ("target", "-1", "greater than or equal to 0")),
     srv("token id out of range", 'POST /api/snapshot {"grad": true, "target": 10**30}',
         snap(grad=True, target=10**30), ("target", "1000000000000000000000000000000")),
+    srv("token id out of range", 'POST /api/snapshot {"target": 5} (no grad: nothing is differentiated)',
+        snap(target=5), ("target 5", "grad true")),
 ]
 for body, words in [
     ({"name": "attn.nope"}, ("'attn.nope'", "expected one of")),
@@ -162,6 +165,15 @@ SERVER_CASES += [
         req("/api/next", {"prompt": "hi", "bogus": 1}), ("unknown field 'bogus'",)),
     srv("malformed request", "POST /api/next with 10,000 nested brackets", req("/api/next", b"[" * 10000),
         ("not valid JSON",)),
+    srv("malformed request", 'POST /api/next {"step": <5,000 digits>}',
+        req("/api/next", b'{"prompt": "hi", "step": ' + b"9" * 5000 + b"}"), ("not valid JSON", "4,300 digits")),
+    srv("malformed request", "POST /api/tokens with Content-Type: text/plain",
+        req("/api/tokens", b'{"prompt": "hi"}'), ("Content-Type", "application/json", "'text/plain'"),
+        headers=(("content-type", "text/plain"),)),
+    srv("malformed request", "POST /api/snapshot {layer: [1] * 50,000} (the error quotes 40 characters of it)",
+        snap(layer=[1] * 50_000), ("layer", "integer", "[1, 1, 1")),
+    srv("malformed request", "POST /api/tokens/ (a trailing slash)", req("/api/tokens/", {"prompt": "hi"}),
+        ("/api/tokens/",), status=404),
     srv("malformed request", "POST /api/next, chunked body (no Content-Length)",
         req("/api/next", ("chunked", [b'{"prompt": ', b'"hi"}'])), ("Content-Length",)),
     srv("malformed request", "POST /api/next with Host: evil.example", nxt(),

@@ -578,6 +578,17 @@ def test_bad_arguments_are_one_line_errors(tiny_model, make, match):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300])
+def test_a_score_temperature_too_small_for_the_dtype_is_an_error_not_nan(tiny_model, temperature):
+    """Scores / 1e-40 overflow float32 (and 1 / 1e-300 itself does): a named error, never NaN weights."""
+    model = Transformer(tiny_model.config, seed=0, dtype=np.float32)
+    with pytest.raises(ValueError, match=f"temperature {temperature!r} is too small for layers.0.attn.scores"):
+        trace(model, tokens_for(TINY, 4), ["attn.softmax"], interventions=[Temperature(temperature, layers=0)])
+    t = trace(model, tokens_for(TINY, 4), ["attn.softmax"], interventions=[Temperature(1e-30, layers=0)])
+    w = t.get("attn.softmax", layer=0)                              # tiny but representable: one-hot rows
+    assert np.isfinite(w).all() and np.allclose(w.sum(-1), 1.0) and set(np.unique(w)) <= {0.0, 1.0}
+
+
 def test_trace_reading_errors(tiny_model):
     t = trace(tiny_model, tokens_for(TINY, 4), ["layers.0.attn.out", "attn.mask"])
     for call, match in [

@@ -188,6 +188,8 @@ class Inspector:
             raise ValueError(f"gradients are shown for the prompt's pass only (step 0), got step {req.step}")
         if req.intervention is not None and req.step:
             raise ValueError(f"interventions apply to the prompt's pass only (step 0), got step {req.step}")
+        if req.target is not None and not req.grad:
+            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
         if req.target is not None and req.target >= self.config.vocab_size:
             raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
         ids = self.encode(req.prompt)
@@ -223,7 +225,9 @@ class Inspector:
             "step": req.step, "grad": req.grad, "n": n, "m": m, "start": run.start,
             "rows": row_labels, "row_pos": row_pos, "cols": col_labels, "col_kind": col_kind,
             "values": encode_array(a), "masked": masked,
-            "target": run.target, "target_piece": None if run.target is None else self._vocab[run.target],
+            # A plain request may be served by a cached run with gradients: its target is not this answer's.
+            "target": run.target if req.grad else None,
+            "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None,
         }
         return out
 

@@ -3,7 +3,8 @@
 Every request is a JSON object checked twice before any model work:
 
 1. here, by shape and range, with pydantic models that forbid unknown keys
-   (``temperature`` must be a finite number -- not a bool or a string -- and > 0,
+   (a sampling ``temperature`` must be a finite number -- not a bool or a string -- in
+   [0, 100], an intervention's in [0.001, 100];
    ``layer`` an int >= 0, ...);
 2. in :mod:`glassllm.inspector.data`, against the model and the :class:`Limits`
    (``layer`` < n_layers, a head that the chosen snapshot has, a name from the
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 MAX_PROMPT_CHARS = 20_000  # refused before tokenizing; a 512-token prompt is a few thousand characters
+MIN_SCORE_TEMPERATURE = 1e-3  # an intervention's score temperature; far below it, scores / T overflow float32
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class Intervention(_Request):
     kind: Literal["ablate", "mask_off", "temperature"]
     layer: StrictInt = Field(ge=0)
     head: StrictInt | None = Field(default=None, ge=0)
-    temperature: StrictFloat | None = Field(default=None, gt=0.0, le=100.0, allow_inf_nan=False)
+    temperature: StrictFloat | None = Field(default=None, ge=MIN_SCORE_TEMPERATURE, le=100.0, allow_inf_nan=False)
 
 
 class PromptRequest(_Request):
@@ -169,6 +171,13 @@ def describe_validation_error(errors: list[dict]) -> str:
         return f"unknown field {field!r}"
     if kind in ("model_attributes_type", "dict_type") and field == "body":
         return "request body must be a JSON object"
-    value = e.get("input")
-    shown = repr(value) if not isinstance(value, str) or len(value) < 40 else repr(value[:37] + "...")
+    shown = _shown(e.get("input"))
     return f"{field}: {msg} (got {shown})"
+
+
+def _shown(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to about ``limit`` characters: an error line never echoes a whole request."""
+    if isinstance(value, str) and len(value) >= limit:
+        return repr(value[:limit - 3] + "...")
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -26,6 +26,7 @@ reach the inspector through DNS rebinding.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import threading
@@ -46,6 +47,7 @@ log = logging.getLogger("glassllm.inspector")
 ASSETS = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
           "style.css": "text/css; charset=utf-8"}
 MAX_BODY_BYTES = 256 * 1024
+BODY_TIMEOUT_S = 10.0  # to receive a declared body, at most 256 KB, once its headers have arrived
 # The page loads its own script and style and talks only to this server.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -87,7 +89,9 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
     """
     assets = read_assets()
     info_cache = {**inspector.info(), "prompt": prompt}
-    app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None)
+    # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
+    app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None,
+                  redirect_slashes=False)
 
     # -- errors: one JSON line each ------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -107,7 +111,8 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
         message = {404: f"no such page: {request.url.path[:100]}",
                    405: f"method {request.method} is not allowed on {request.url.path[:100]}",
                    # FastAPI's words when the body is not UTF-8, or nested too deeply to parse:
-                   400: ("request body is not valid JSON (UTF-8 text, not nested too deeply)"
+                   400: ("request body is not valid JSON (UTF-8 text, not nested too deeply, integers of "
+                         "at most 4,300 digits)"
                          if exc.detail == "There was an error parsing the body" else str(exc.detail))}
         return _error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
 
@@ -129,6 +134,15 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
         if request.method == "POST" and (length is None or "transfer-encoding" in request.headers):
             # A chunked body has no declared size: it would be read whole before any check.
             return _error(400, "a request body needs a Content-Length header (chunked uploads are refused)")
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "")
+            if kind.split(";")[0].strip().lower() != "application/json":
+                return _error(400, f"Content-Type must be application/json, got {kind[:60]!r}")
+            try:  # a client that declares more bytes than it sends would hold the connection forever
+                await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return _error(400, f"request body incomplete: {length} bytes declared, not all sent within "
+                                   f"{BODY_TIMEOUT_S:g} s")
         response = await call_next(request)
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"

@@ -238,8 +238,13 @@ class Temperature(Intervention):
 
     def apply(self, name, t, step):
         factor = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)          # (1, H, 1, 1)
-        factor[0, self.heads if self.heads is not None else slice(None)] = 1.0 / self.temperature
-        return t * factor                                                # (B, H, n, m)
+        with np.errstate(over="ignore"):                                  # checked just below
+            factor[0, self.heads if self.heads is not None else slice(None)] = 1.0 / self.temperature
+            out = t * factor                                             # (B, H, n, m)
+        if not np.isfinite(factor).all() or (np.isinf(out.data).any() and not np.isinf(t.data).any()):
+            raise ValueError(f"temperature {self.temperature!r} is too small for {name}: its scores divided by it "
+                             f"overflow {np.dtype(t.dtype).name}")
+        return out
 
     def __repr__(self):
         return f"Temperature({self.temperature}, layers={self.layers}, heads={self.heads})"
