@@ -65,6 +65,9 @@ KINDS = (
     "file and tokenizer disagree",
     "unknown snapshot, layer or head",
     "output folder not writable",
+    "empty path",
+    "output in the way",
+    "option that does not apply",
     "disk full (simulated)",
     "malformed request",
     "request over a limit",
@@ -210,6 +213,12 @@ def build_env(root: Path) -> Env:
     save_model(root / "overflow.safetensors", overflow, tok)
     tok.save(root / "tok.json")
     tok_other.save(root / "tok280.json")
+    # Folders an output must not be written over: a training run's, and one holding some other model file.
+    (root / "run-done").mkdir()
+    shutil.copy(root / "tiny.safetensors", root / "run-done" / "model.safetensors")
+    (root / "run-done" / "train_state.safetensors").write_bytes(b"")
+    (root / "other-model").mkdir()
+    shutil.copy(root / "tiny.safetensors", root / "other-model" / "model.safetensors")
     make_bad_files(root, model, tok, tok_other)
     readonly = make_readonly(root / "ro")
     return Env(root, model, tok, tok_other, readonly)

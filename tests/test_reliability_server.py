@@ -448,3 +448,54 @@ def test_a_non_loopback_address_prints_a_warning(env, monkeypatch, capsys, host,
     from fastapi.testclient import TestClient
     with TestClient(made.app, base_url="http://evil.example") as c:
         assert c.get("/api/info").status_code == (200 if warned else 400)
+
+
+def test_an_address_that_cannot_be_listened_on_is_one_line_before_uvicorn_starts(env, capsys):
+    """A port in use, an empty or unresolvable host: exit 2 and one line, not uvicorn's own ERROR lines."""
+    import socket
+
+    from glassllm.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for host, words in [("127.0.0.1", f"cannot listen on 127.0.0.1:{port}: Address already in use"),
+                            ("", "the host is empty"), ("  ", "the host is empty")]:
+            code = main(["inspect", "hi", "--model", str(env.root / "tiny.safetensors"), "--host", host,
+                         "--port", str(port), "--no-browser"])
+            err = capsys.readouterr().err
+            assert code == 2 and err.count("\n") == 1 and words in err and "warning" not in err, err
+
+
+def test_the_default_port_taken_falls_back_to_a_free_one_quietly(env, monkeypatch, capsys):
+    """``glassllm inspect`` without --port tries 8765, then any free port, with nothing on stderr."""
+    import socket
+
+    from glassllm.cli import main
+    from glassllm.inspector import cli as icli
+    from glassllm.inspector import server
+
+    started = []
+
+    class Once(server.Server):
+        def start(self, timeout: float = 10.0):
+            super().start(timeout)
+            started.append(self.port)
+            self.served_url = super().url
+            self.stop()                                  # serve nothing: the CLI's loop ends at once
+            return self
+
+        @property
+        def url(self):
+            return self.served_url
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(icli, "DEFAULT_PORT", taken.getsockname()[1])
+        monkeypatch.setattr(server, "Server", Once)
+        assert main(["inspect", "hi", "--model", str(env.root / "tiny.safetensors"), "--no-browser"]) == 0
+        assert started and started[0] != taken.getsockname()[1]
+    out, err = capsys.readouterr()
+    assert f":{started[0]}/" in out and err == "", err

@@ -56,7 +56,14 @@ def atomic_path(path):
     >>> with atomic_path("out.bin") as tmp:   # doctest: +SKIP
     ...     np.save(tmp, array)
     """
+    if not str(path).strip():
+        raise ValueError("cannot write '': empty path; name a file")
     path = Path(path)
+    if path.exists() and not path.is_file():   # (exists and is_file follow symbolic links)
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise ValueError(f"cannot write {str(path)!r}: it is {kind}")
+    if path.is_symlink():                      # write the file the link names; the link stays a link
+        path = Path(os.path.realpath(path))
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
@@ -176,6 +183,9 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
         if len(head) < 8:
             raise ValueError(f"{str(path)!r} is not a glassllm model file: only {size} bytes long")
         n = int.from_bytes(head, "little")
+        if 2 <= n <= MAX_HEADER_BYTES and 8 + n > size and f.read(1) == b"{":
+            raise ValueError(f"{str(path)!r} is truncated: its safetensors header alone claims {n} bytes, "
+                             f"and the whole file has {size}")
         if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
             raise ValueError(f"{str(path)!r} is not a glassllm model file: "
                              f"{_looks_like(head) or f'bad safetensors header length {n}'}")
@@ -213,11 +223,11 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
 
 def _looks_like(head: bytes) -> str:
     """What a file that is not safetensors seems to be, from its first bytes ('' if unknown)."""
-    if head[:1] == b"\x80":
+    if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode and a protocol number
         return "it is a Python pickle (a PyTorch .bin/.pt?), which glassllm never loads"
     if head[:2] == b"PK":
         return "it is a zip archive (a PyTorch checkpoint or a trace file?), not safetensors"
-    if head.lstrip()[:1] in (b"{", b"["):
+    if head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] in (b"{", b"["):
         return "it is JSON text (a tokenizer or config file?), not safetensors"
     return ""
 

@@ -5,8 +5,11 @@ Each subcommand lives with the code it drives: a module listed in
 sets ``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code.
 
 Bad input never shows a traceback: a ``ValueError``/``TypeError`` (or an
-``OSError``: a missing file, a folder that cannot be written) becomes one line
-on stderr and exit code 2, as argparse does for bad options.
+``OSError``: a missing file, a folder that cannot be written; a ``MemoryError``:
+a model or batch too large for this machine; an ``OverflowError``) becomes one
+line on stderr and exit code 2, as argparse does for bad options. An empty
+string where a file or folder is expected is refused before any work (it would
+otherwise mean the current folder).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+# Options whose values are files or folders, by their metavar: "" is refused for all of them.
+PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
 
 # subcommand -> (module that implements it, one-line help)
 COMMANDS = {
@@ -54,6 +60,10 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    empty = _empty_path_option(parser, args)
+    if empty:
+        print(f"glassllm {args.command}: error: {empty}: empty path; name a file or folder", file=sys.stderr)
+        return 2
     import numpy as np
 
     try:
@@ -63,12 +73,28 @@ def main(argv=None) -> int:
             return int(args.func(args) or 0)
     except BrokenPipeError:
         return 0
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, OverflowError) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except MemoryError as e:
+        print(f"glassllm {args.command}: error: not enough memory: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"glassllm {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _empty_path_option(parser: argparse.ArgumentParser, args) -> str | None:
+    """The option (``--out``, ``DIR``) given an empty string where a path belongs, or None."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        if action.metavar not in PATH_METAVARS:
+            continue
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            return action.option_strings[-1] if action.option_strings else action.metavar
+    return None
 
 
 def _one_line(e: Exception) -> str:

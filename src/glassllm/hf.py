@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -516,6 +517,8 @@ def export_hf(model_file, out_dir) -> Path:
     """Write the model file ``model_file`` as a Hugging Face Llama folder ``out_dir``.
 
     Each file is written atomically; other files already in ``out_dir`` are left alone.
+    A folder whose ``model.safetensors`` is ``model_file`` itself, or that holds a
+    glassllm training run, is refused (the export would replace that file).
     Returns the folder.
     """
     from safetensors.numpy import save
@@ -524,6 +527,13 @@ def export_hf(model_file, out_dir) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"export target {str(out)!r} exists and is not a folder")
+    target = out / "model.safetensors"
+    if target.exists() and os.path.samefile(target, model_file):
+        raise ValueError(f"cannot export into {str(out)!r}: its model.safetensors is the input file; "
+                         "choose another folder")
+    if (out / "train_state.safetensors").exists():
+        raise ValueError(f"cannot export into {str(out)!r}: it holds a glassllm training run, whose "
+                         "model.safetensors the export would replace; choose another folder")
     make_folder(out)
     c = model.config
     tensors = to_hf_state(model.state_dict(), c)
@@ -591,7 +601,14 @@ def import_hf(folder, out_file, dtype=np.float32):
     """Convert the Hugging Face Llama folder ``folder`` into the glassllm model file ``out_file``.
 
     Returns ``(model, tokenizer, perm)``; ``perm[our_id]`` is the original id.
+    ``out_file`` may not be one of the folder's own files.
     """
+    out = Path(out_file)
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        source = Path(folder) / name
+        if out.exists() and source.exists() and os.path.samefile(out, source):
+            raise ValueError(f"cannot write {str(out)!r}: it is the input {name} of {str(folder)!r}; "
+                             "choose another file")
     model, tokenizer, perm = load_hf(folder, dtype)
     save_model(out_file, model, tokenizer, {"source": f"hf:{Path(folder).name}"})
     return model, tokenizer, perm

@@ -342,6 +342,10 @@ def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        if 0xDC80 <= code <= 0xDCFF:  # how Python carries a byte that was not UTF-8 (surrogateescape)
+            raise ValueError(f"text is not valid UTF-8: byte 0x{code - 0xDC00:02x} at character {e.start} "
+                             "(Tokenizer.encode_bytes takes raw bytes)") from None
         raise ValueError(f"text has a lone surrogate {text[e.start]!r} at index {e.start}, "
                          "which is not valid Unicode; use encode_bytes for raw bytes") from None
 
@@ -705,7 +709,7 @@ class Tokenizer:
         """Rebuild a tokenizer from :meth:`to_json`'s output; ``ValueError`` if it is not one."""
         if isinstance(text, (bytes, bytearray)):
             try:
-                text = bytes(text).decode("utf-8")
+                text = bytes(text).decode("utf-8-sig")          # a leading byte-order mark is allowed
             except UnicodeDecodeError:
                 raise ValueError("tokenizer document is not UTF-8 text") from None
         if not isinstance(text, str):
@@ -809,7 +813,7 @@ def add_cli(name: str, parser) -> None:
                         help="a tokenizer file, or a model file (default: the bundled model's tokenizer)")
     parser.add_argument("--train", nargs="+", metavar="PATH",
                         help="train a new tokenizer on these text files or folders")
-    parser.add_argument("--vocab-size", type=int, default=1024, help="ids in a new tokenizer (default 1024)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="ids in a new tokenizer (default 1024)")
     parser.add_argument("--out", metavar="FILE", help="where --train writes the tokenizer")
     parser.set_defaults(func=_cli)
 
@@ -821,12 +825,19 @@ def _cli(args) -> int:
     if args.train:
         if not args.out:
             raise ValueError("--train needs --out FILE, the file to write the tokenizer to")
+        if args.tokenizer or args.text is not None:
+            raise ValueError("--train makes a new tokenizer: it takes no --tokenizer and no text to split")
         start = time.perf_counter()
-        tok = Tokenizer.train([Path(p) for p in args.train], vocab_size=args.vocab_size)
+        tok = Tokenizer.train([Path(p) for p in args.train],
+                              vocab_size=1024 if args.vocab_size is None else args.vocab_size)
         tok.save(args.out)
         print(f"trained {tok!r} in {time.perf_counter() - start:.1f} s; wrote {args.out}")
         return 0
 
+    unused = [flag for flag, value in (("--out", args.out), ("--vocab-size", args.vocab_size)) if value is not None]
+    if unused:
+        raise ValueError(f"{' and '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} only with --train "
+                         "(splitting text writes no file)")
     tok = _cli_tokenizer(args.tokenizer)
     text = args.text if args.text is not None else sys.stdin.read()
     ids = tok.encode(text, allowed_special="all")
@@ -848,10 +859,12 @@ def _cli_tokenizer(path) -> Tokenizer:
             raise ValueError("no bundled model in this installation; pass --tokenizer FILE")
     try:
         with open(path, "rb") as f:
-            is_json = f.read(1) == b"{"
+            head = f.read(9)
     except OSError as e:
         raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    if is_json:
+    # A safetensors file starts with its header's length (8 bytes, little-endian) and then "{";
+    # anything else is read as a tokenizer file, which names its own problems.
+    if not (len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= (16 << 20)):
         return Tokenizer.load(path)
     _, meta = checkpoint.read_header(path)
     try:

@@ -404,7 +404,8 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
     tokens = end - 1
     n_bytes = len(tokenizer.decode_bytes(np.asarray(ids[1:end], dtype=np.int64)))
     loss = nats / tokens
-    return EvalResult(loss=loss, perplexity=math.exp(loss), bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)),
+    perplexity = math.exp(loss) if loss < 709.0 else math.inf   # e^709 is near float64's largest number
+    return EvalResult(loss=loss, perplexity=perplexity, bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)),
                       nats=nats, tokens=int(tokens), bytes=int(n_bytes), windows=int(n_windows))
 
 
@@ -720,7 +721,7 @@ _MODEL_HELP = {
     "n_layers": "transformer blocks",
     "n_heads": "query heads H",
     "n_kv_heads": "key/value heads G (H must be a multiple)",
-    "ffn_dim": "SwiGLU width F (default: LLaMA's 8/3 x dim rule, rounded up to 32)",
+    "ffn_dim": "SwiGLU width F (default: LLaMA's 8/3 x dim rule, rounded up to 32: 352 at width 128)",
     "max_seq_len": "longest context the model accepts",
     "norm_eps": "RMSNorm epsilon",
     "rope_theta": "RoPE base",
@@ -769,7 +770,9 @@ def add_cli(name: str, parser) -> None:
     for field in dataclasses.fields(ModelConfig):
         flag = "--" + field.name.replace("_", "-")
         mg.add_argument(flag, dest="model_" + field.name, type=_field_type(field.default), default=None,
-                        metavar=field.name.upper(), help=f"{_MODEL_HELP[field.name]} (default: {field.default})")
+                        metavar=field.name.upper(),
+                        help=_MODEL_HELP[field.name] + ("" if "default:" in _MODEL_HELP[field.name]
+                                                        else f" (default: {field.default})"))
     parser.set_defaults(func=_train_cli)
 
 
@@ -791,19 +794,29 @@ def _train_cli(args) -> int:
     from .tokenizer import Tokenizer
 
     train_opts, model_opts = _given(args, "train_"), _given(args, "model_")
+    typed = set(train_opts)               # what the command line itself set (the rest comes from --recipe)
     if args.recipe:                       # the recipe's values, as if given, under the explicit ones
         base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
         train_opts = {**{k: v for k, v in base.items() if v != plain[k]}, **train_opts}
     progress = not args.no_progress
+    if args.until is not None and args.until < 1:
+        raise ValueError(f"--until must be a step >= 1, got {args.until}")
     if args.resume:
+        if args.tokenizer:
+            raise ValueError(f"--tokenizer {args.tokenizer} cannot change a resumed run: it keeps the tokenizer.json "
+                             f"in {str(args.out)!r}")
+        lock = lock_run_folder(args.out, create=False)               # held until this process ends
         trainer = Trainer.resume(args.out, args.cache_dir, progress)
         stored = {**{"train_" + k: v for k, v in trainer.config.to_dict().items()},
                   **{"model_" + k: v for k, v in trainer.model_config.to_dict().items()}}
         for key, value in {**{"train_" + k: v for k, v in train_opts.items()},
                            **{"model_" + k: v for k, v in model_opts.items()}}.items():
             if stored[key] != value:
-                flag = "--" + key.split("_", 1)[1].replace("_", "-")
-                raise ValueError(f"{flag} {value} differs from the resumed run's {stored[key]}; "
+                field = key.split("_", 1)[1]
+                flag = "--" + field.replace("_", "-")
+                source = (f"--recipe {args.recipe} sets {flag} {value}, which"
+                          if key.startswith("train_") and field not in typed else f"{flag} {value}")
+                raise ValueError(f"{source} differs from the resumed run's {stored[key]}; "
                                  "a resumed run keeps its configuration")
         for flag, given, kept in (("--data", args.data, trainer.train_hashes),
                                   ("--valid", args.valid, trainer.valid_hashes)):
@@ -813,10 +826,6 @@ def _train_cli(args) -> int:
     else:
         if not args.data:
             raise ValueError("--data is required: text files or folders to train on (or --resume)")
-        state = Path(args.out) / "train_state.safetensors"
-        if state.exists():
-            raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
-                             "or choose another --out")
         config = TrainConfig(**train_opts)
         tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
         if tokenizer is not None:
@@ -827,6 +836,13 @@ def _train_cli(args) -> int:
         if "dim" in model_opts and "ffn_dim" not in model_opts:
             model_opts["ffn_dim"] = ModelConfig.llama_ffn_dim(model_opts["dim"])
         model_config = ModelConfig(**model_opts)
+        lock = lock_run_folder(args.out)                               # held until this process ends
+        if (Path(args.out) / "train_state.safetensors").exists():
+            raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
+                             "or choose another --out")
+        if (Path(args.out) / "model.safetensors").exists():
+            raise ValueError(f"{str(args.out)!r} holds a model.safetensors that no run there saved (an export?); "
+                             "a new run would replace it: choose another --out")
         cache = args.cache_dir or Path(args.out) / "cache"
         train_files = resolve_sources(args.data, cache, progress=progress)
         valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []
@@ -843,7 +859,35 @@ def _train_cli(args) -> int:
         if trainer.last_eval is not None:
             line += f"; held-out {trainer.last_eval.line()}"
         print(line, file=sys.stderr)
+    if lock is not None:
+        lock.close()
     return 0
+
+
+def lock_run_folder(out, create: bool = True):
+    """Hold an exclusive lock on the run folder ``out`` (its ``.lock`` file) for as long as the returned
+    file stays open, so that two trainings never write one folder; ``ValueError`` if another holds it.
+
+    With ``create`` False a missing folder is left for the caller to report. Without ``fcntl``
+    (Windows) nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        return None
+    out = Path(out)
+    if not out.is_dir():
+        if not create:
+            return None
+        make_folder(out)
+    f = open(out / ".lock", "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ValueError(f"{str(out)!r} is in use by another glassllm train (it holds the folder's .lock); "
+                         "wait for it to finish or choose another --out") from None
+    return f
 
 
 def _invoked_as_train() -> bool:
@@ -859,7 +903,8 @@ def _add_eval_cli(parser) -> None:
     parser.add_argument("--model", metavar="FILE", help="model file (default: the bundled TinyStories model)")
     parser.add_argument("--data", nargs="+", metavar="PATH", required=True,
                         help="text files or folders to evaluate on (same forms as train --data)")
-    parser.add_argument("--seq-len", type=int, default=256, help="window length in tokens (default: 256)")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="window length in tokens (default: 256, or the model's context if shorter)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: 16)")
     parser.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -872,9 +917,10 @@ def _eval_cli(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     model, tokenizer, _ = (checkpoint.load_model(args.model) if args.model else checkpoint.load_bundled())
+    seq_len = min(256, model.config.max_seq_len) if args.seq_len is None else args.seq_len
     files = resolve_sources(args.data, progress=False)
     with _threads(args.threads):
-        result = evaluate_text(model, tokenizer, [str(f) for f in files], args.seq_len, args.batch_size)
+        result = evaluate_text(model, tokenizer, [str(f) for f in files], seq_len, args.batch_size)
     if args.json:
         print(json.dumps(dataclasses.asdict(result)))
     else:

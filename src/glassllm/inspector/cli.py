@@ -35,8 +35,9 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
     parser.add_argument("--html", metavar="FILE", default=None,
                         help="write one self-contained offline HTML file for PROMPT instead of serving")
-    parser.add_argument("--steps", type=int, default=8, metavar="N",
-                        help="with --html: greedy decoding steps to include (default 8)")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="with --html: greedy decoding steps to include (default 8, or --max-new-tokens "
+                             "if lower)")
     parser.add_argument("--max-prompt-tokens", type=int, default=256, metavar="N",
                         help="longest prompt a request may send, in tokens (default 256; capped by the context)")
     parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
@@ -72,6 +73,8 @@ def _cli(args) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.port is not None and not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535 (0 = any free port), got {args.port}")
+    if args.steps is not None and args.html is None:
+        raise ValueError("--steps applies only with --html (the server decodes as far as the page asks)")
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("PROMPT is empty: give at least one character")
@@ -94,9 +97,6 @@ def _serve(inspector, prompt: str, args) -> int:
     from .server import Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
-    if not loopback:
-        print(f"warning: listening on {args.host} makes the inspector reachable from other machines; "
-              "it has no authentication. Use --host 127.0.0.1 to keep it local.", file=sys.stderr)
     app = create_app(inspector, loopback_only=loopback, prompt=prompt)
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
@@ -108,6 +108,9 @@ def _serve(inspector, prompt: str, args) -> int:
             if i == len(ports) - 1:
                 raise
     url = server.url
+    if not loopback:
+        print(f"warning: listening on {args.host} makes the inspector reachable from other machines; "
+              "it has no authentication. Use --host 127.0.0.1 to keep it local.", file=sys.stderr)
     print(f"glassllm inspector: {url}   (Ctrl+C to stop)", flush=True)
     if not args.no_browser:
         _open_browser(url)

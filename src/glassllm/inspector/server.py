@@ -216,9 +216,16 @@ class Server:
         return f"http://{host}:{self.port}/"
 
     def start(self, timeout: float = 10.0) -> "Server":
-        """Start serving in a daemon thread; return once the socket listens."""
+        """Start serving in a daemon thread; return once the socket listens.
+
+        A host that does not resolve, or an address that cannot be bound (a port
+        in use), is a one-line ``ValueError`` before uvicorn is started.
+        """
         import time
 
+        problem = _bind_problem(self.host, self.config.port)
+        if problem:
+            raise ValueError(problem)
         self.thread = threading.Thread(target=self.server.run, name="glassllm-inspector", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + timeout
@@ -242,3 +249,23 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, in one line (None if it can, as far as a test bind shows)."""
+    import socket
+
+    if not host.strip():
+        return "the host is empty: give an address such as 127.0.0.1"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        return f"host {host!r} is not an address or a name this machine can resolve ({e.strerror})"
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does
+        try:
+            s.bind(address)
+        except OSError as e:
+            return f"the inspector cannot listen on {host}:{port}: {e.strerror}"
+    return None
