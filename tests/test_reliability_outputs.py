@@ -171,3 +171,19 @@ def test_a_tokenizer_file_may_start_with_a_byte_order_mark_or_a_newline(folder):
         assert _cli_tokenizer(folder / "t.json").encode("a dog") == Tokenizer.load(folder / "tok.json").encode("a dog")
     save_model(folder / "m.safetensors", *load_model(folder / "tiny.safetensors")[:2])
     assert _cli_tokenizer(folder / "m.safetensors").vocab_size == 300   # and a model file is still a model file
+
+
+def test_a_refused_run_leaves_no_folder_behind(folder, capsys):
+    code, err = run(["train", *TRAIN[2:], "--data", "no-such.txt", "--out", "never"], capsys)
+    assert code == 2 and "no-such.txt" in err and not (folder / "never").exists()
+    (folder / "kept").mkdir()                                           # a folder that was there stays
+    code, err = run(["train", *TRAIN[2:], "--data", "no-such.txt", "--out", "kept"], capsys)
+    assert code == 2 and (folder / "kept").is_dir()
+
+
+def test_a_bad_option_is_one_line_with_a_pointer_to_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["generate", "hi", "--seed", "abc"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1
+    assert err == "glassllm generate: error: argument --seed: invalid int value: 'abc' (see glassllm generate --help)\n"

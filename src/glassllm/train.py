@@ -53,6 +53,7 @@ import io
 import json
 import math
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -836,20 +837,10 @@ def _train_cli(args) -> int:
         if "dim" in model_opts and "ffn_dim" not in model_opts:
             model_opts["ffn_dim"] = ModelConfig.llama_ffn_dim(model_opts["dim"])
         model_config = ModelConfig(**model_opts)
+        fresh = not Path(args.out).exists()
         lock = lock_run_folder(args.out)                               # held until this process ends
-        if (Path(args.out) / "train_state.safetensors").exists():
-            raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
-                             "or choose another --out")
-        if (Path(args.out) / "model.safetensors").exists():
-            raise ValueError(f"{str(args.out)!r} holds a model.safetensors that no run there saved (an export?); "
-                             "a new run would replace it: choose another --out")
-        cache = args.cache_dir or Path(args.out) / "cache"
-        train_files = resolve_sources(args.data, cache, progress=progress)
-        valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []
-        command = shlex.join(["glassllm", "train", *sys.argv[2:]]) if _invoked_as_train() else ""
-        with _threads(args.threads):
-            trainer = Trainer(config, model_config, train_files, args.out, valid_files, tokenizer,
-                              args.cache_dir, command, progress)
+        with _removed_if_nothing_written(args.out if fresh else None):
+            trainer = _new_trainer(args, config, model_config, tokenizer, progress)
         trainer._log(f"training {trainer.model.num_params():,} parameters on {len(trainer.train_ids):,} tokens "
                      f"for {config.steps} steps of {config.tokens_per_step:,} tokens -> {args.out}")
     with _threads(args.threads):
@@ -862,6 +853,37 @@ def _train_cli(args) -> int:
     if lock is not None:
         lock.close()
     return 0
+
+
+def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trainer":
+    """The Trainer of a new run in ``args.out`` (whose lock the caller holds), after the folder's checks."""
+    if (Path(args.out) / "train_state.safetensors").exists():
+        raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
+                         "or choose another --out")
+    if (Path(args.out) / "model.safetensors").exists():
+        raise ValueError(f"{str(args.out)!r} holds a model.safetensors that no run there saved (an export?); "
+                         "a new run would replace it: choose another --out")
+    cache = args.cache_dir or Path(args.out) / "cache"
+    train_files = resolve_sources(args.data, cache, progress=progress)
+    valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []
+    command = shlex.join(["glassllm", "train", *sys.argv[2:]]) if _invoked_as_train() else ""
+    with _threads(args.threads):
+        return Trainer(config, model_config, train_files, args.out, valid_files, tokenizer,
+                       args.cache_dir, command, progress)
+
+
+@contextlib.contextmanager
+def _removed_if_nothing_written(folder):
+    """If the block fails and ``folder`` (made for it; None = keep anything) holds no file but its
+    ``.lock``, remove it: a refused run leaves no empty folder behind."""
+    try:
+        yield
+    except BaseException:
+        if folder is not None:
+            files = [p for p in Path(folder).rglob("*") if not p.is_dir()]
+            if all(p == Path(folder) / ".lock" for p in files):
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def lock_run_folder(out, create: bool = True):
