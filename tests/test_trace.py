@@ -766,3 +766,95 @@ def test_corrupted_bytes_give_value_errors_only(saved, tmp_path):
             load_trace(bad)
         except ValueError as e:
             assert "\n" not in str(e)
+
+
+# ----------------------------------------------------------------------------
+# Padding, files, and the arguments a user can get wrong
+# ----------------------------------------------------------------------------
+
+def test_a_left_padded_row_records_its_padding_and_meanablate_leaves_it_out(tiny_model):
+    """Row 1 of a batch of a 6- and a 2-token prompt: 4 positions of padding, said so, and not averaged."""
+    from glassllm.nn import KVCache
+
+    long_, short = tokens_for(TINY, 6, seed=1), tokens_for(TINY, 2, seed=2)
+    batch = np.zeros((2, 6), dtype=np.int64)
+    batch[0], batch[1, 4:] = long_, short
+    cache = KVCache(TINY, 2, dtype=np.float64, pad=np.array([0, 4]))
+    padded = trace(tiny_model, batch, ["attn.mix", "attn.softmax"], cache=cache, batch=1)
+    alone = trace(tiny_model, short, ["attn.mix", "attn.softmax"])
+    assert padded.pad == 4 and padded.steps[0].pad == 4 and alone.pad == 0
+    mix = padded.get("attn.mix", layer=0, head=1)                      # (6, D); the last 2 rows are text
+    np.testing.assert_allclose(mix[4:], alone.get("attn.mix", layer=0, head=1), rtol=1e-10, atol=1e-12)
+    assert not padded.get("attn.softmax", layer=0)[:, :4].any()        # padded queries read nothing
+    from_padded, from_alone = MeanAblate(0, 1, padded), MeanAblate(0, 1, alone)
+    from_padded.bind(padded.axes, TINY)
+    from_alone.bind(alone.axes, TINY)
+    np.testing.assert_allclose(from_padded.mean, from_alone.mean, rtol=1e-10, atol=1e-12)
+    assert np.abs(mix.mean(axis=0) - from_alone.mean).max() > 1e-3    # the padded rows would have moved it
+
+
+def test_a_saved_trace_keeps_its_loss_padding_and_intervention_details(tiny_model, tmp_path):
+    toks = tokens_for(TINY, 5)
+    t = trace(tiny_model, toks, ["logits", "attn.mix"], targets=np.roll(toks, -1),
+              interventions=[MeanAblate(0, 1, np.arange(TINY.head_dim) / 10)])
+    t.save(tmp_path / "t.npz")
+    back = load_trace(tmp_path / "t.npz")
+    assert back.loss == t.loss and back.loss is not None and back.pad == 0
+    assert back.interventions == t.interventions and "mean=[0. , 0.1, 0.2" in back.interventions[0]
+
+
+def test_a_trace_already_handed_out_does_not_grow_with_later_forwards(tiny_model):
+    tracer = Tracer(tiny_model, names="logits")
+    with ag.no_grad(), tracer:
+        tiny_model(tokens_for(TINY, 3))
+    first = tracer.trace
+    with ag.no_grad(), tracer:
+        tiny_model(tokens_for(TINY, 2))
+    assert len(first.steps) == 1 and len(tracer.trace.steps) == 2
+
+
+def test_an_intervention_may_not_change_a_snapshots_dtype(tiny_model):
+    class Widen(tr.Intervention):
+        def bind(self, axes, config):
+            return ["layers.0.resid_mid"]
+
+        def apply(self, name, t, step):
+            return ag.Tensor(t.data.astype(np.float32))
+
+    with pytest.raises(ValueError, match="returned float32 .* expected a Tensor of float64"):
+        trace(tiny_model, tokens_for(TINY, 3), "logits", interventions=[Widen()])
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda m: Tracer("model"), TypeError, "Tracer needs a glassllm Transformer, got str"),
+    (lambda m: trace(m, [1, 2], cache="x"), TypeError, "cache must be a KVCache"),
+    (lambda m: trace(m, [1, 2, 3], targets=[1, 2]), ValueError, r"targets of shape \(2,\) do not match"),
+    (lambda m: trace(m, [1, 2], names=b"logits"), TypeError, "names must be a str or a list of str, got bytes"),
+    (lambda m: trace(m, [1, 2], names={"logits": 1}), TypeError, "got dict"),
+    (lambda m: trace(m, [1, 2], interventions=[Temperature(2, layers=1.0)]), TypeError, "layers must be an int"),
+    (lambda m: trace(m, [1, 2], interventions=[Temperature(2, heads=[])]), ValueError, "heads is empty"),
+    (lambda m: trace(m, [1, 2], interventions=[MaskOff([])]), ValueError, "layers is empty"),
+    (lambda m: trace(m, [1, 2], interventions=[MeanAblate(0, 0, "abc")]), TypeError, "MeanAblate: mean must be"),
+    (lambda m: trace(m, [1, 2], interventions=[Edit("embed", lambda x: x * np.nan)]), ValueError,
+     "Edit of 'embed': the new values are NaN or infinite"),
+    (lambda m: trace(m, [1, 2], interventions=[Edit("embed", lambda x: x + 1j)]), ValueError, "complex"),
+    (lambda m: Patch("embed", np.full((2, TINY.dim), np.inf)), ValueError, "Patch source must be finite"),
+    (lambda m: tr.snapshot_shape("logits", n=-3), ValueError, "n=-3"),
+    (lambda m: tr.snapshot_shape("logits", n=2.5), TypeError, "n must be an int"),
+    (lambda m: tr.snapshot_shape("layers.0.attn.scores", n=5, m=2), ValueError, "1 <= n <= m"),
+])
+def test_arguments_a_user_can_get_wrong_are_named(tiny_model, call, error, match):
+    with pytest.raises(error, match=match) as info:
+        call(tiny_model)
+    assert "\n" not in str(info.value)
+
+
+def test_targets_under_no_grad_are_refused_before_the_forward(tiny_model):
+    with ag.no_grad(), pytest.raises(ValueError, match="outside no_grad"):
+        trace(tiny_model, [1, 2, 3], targets=[2, 3, 4])
+
+
+def test_every_read_of_a_trace_is_read_only(tiny_model):
+    t = trace(tiny_model, tokens_for(TINY, 3), ["attn.softmax", "logits"])
+    for a in (t.get("logits"), t.get("attn.softmax", layer=0), t.get("attn.softmax", layer=0, head=1)):
+        assert not a.flags.writeable

@@ -609,6 +609,8 @@ class Transformer(Module):
         """
         tokens = self.check_tokens(tokens)
         B, n = tokens.shape
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache(batch)) or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.start
         m = start + n
         limit = self.config.max_seq_len if cache is None else cache.capacity
@@ -619,7 +621,7 @@ class Transformer(Module):
             raise ValueError(f"cache was made for batch {cache.batch}, got tokens with batch {B}")
         pad = None if cache is None else cache.pad
         if self._tracer is not None:
-            self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens)
+            self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens, pad=pad)
 
         # Positions and the mask: causal, plus left padding when rows differ in length.
         # A long block without a cache or tracer takes the packed attention path, which

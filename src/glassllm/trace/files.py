@@ -4,8 +4,9 @@ Members: ``manifest.json``, ``values/{step}/{name}.npy`` and
 ``grads/{step}/{name}.npy``; ``numpy.load`` reads them all (the manifest as
 bytes). The manifest (:func:`validate_manifest`) gives the format name and
 version, the model config, the kept batch row, the storage dtype, the
-recorded names with their axes, the interventions, and per step n, m,
-start, tokens, shapes and which names have gradients.
+recorded names with their axes, the interventions, the loss (when the
+trace back-propagated one), and per step n, m, start, the row's left
+padding, tokens, shapes and which names have gradients.
 
 Reading never unpickles, checks every field of the manifest, and checks each
 array's header against the manifest before reading its data.
@@ -36,16 +37,19 @@ def manifest_of(trace: Trace) -> dict:
     for s in trace.steps:
         sizes = axis_sizes(trace.config, s.n, s.m)
         steps.append({
-            "n": s.n, "m": s.m, "start": s.start, "tokens": [int(t) for t in s.tokens],
+            "n": s.n, "m": s.m, "start": s.start, "pad": s.pad, "tokens": [int(t) for t in s.tokens],
             "shapes": {k: [sizes[a] for a in trace.axes[k]] for k in trace.names() if k in s.values},
             "grads": [k for k in trace.names() if k in s.grads],
         })
-    return {
+    manifest = {
         "format": FORMAT, "version": VERSION, "config": trace.config.to_dict(),
         "batch": trace.batch, "dtype": trace.dtype,
         "names": trace.names(), "axes": {k: list(trace.axes[k]) for k in trace.names()},
         "interventions": list(trace.interventions), "steps": steps,
     }
+    if trace.loss is not None:
+        manifest["loss"] = float(trace.loss)
+    return manifest
 
 
 def save_trace(trace: Trace, path) -> None:
@@ -83,15 +87,16 @@ def validate_manifest(manifest) -> dict:
     Fields: ``format`` ("glassllm-trace"), ``version`` (1), ``config`` (a
     ModelConfig dict), ``batch`` (int >= 0), ``dtype`` (float16/32/64),
     ``names`` (registry names), ``axes`` ({name: axis letters}, as the
-    registry says), ``interventions`` (strings) and ``steps``: a list of
-    {``n``, ``m``, ``start``, ``tokens`` (n ids), ``shapes`` ({name: shape}),
-    ``grads`` (names)} with m = start + n.
+    registry says), ``interventions`` (strings), optionally ``loss`` (a
+    finite number), and ``steps``: a list of {``n``, ``m``, ``start``,
+    optionally ``pad`` (0 <= pad <= m; 0 if absent), ``tokens`` (n ids),
+    ``shapes`` ({name: shape}), ``grads`` (names)} with m = start + n.
     """
     if not isinstance(manifest, dict):
         _fail(f"expected a JSON object, got {type(manifest).__name__}")
     expected = {"format", "version", "config", "batch", "dtype", "names", "axes", "interventions", "steps"}
-    if set(manifest) != expected:
-        extra, missing = sorted(set(manifest) - expected), sorted(expected - set(manifest))
+    if set(manifest) - {"loss"} != expected:
+        extra, missing = sorted(set(manifest) - expected - {"loss"}), sorted(expected - set(manifest))
         _fail(f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}")
     if manifest["format"] != FORMAT:
         _fail(f"format is {manifest['format']!r}, expected {FORMAT!r}")
@@ -127,15 +132,21 @@ def validate_manifest(manifest) -> dict:
     steps = manifest["steps"]
     if not isinstance(steps, list):
         _fail("steps must be a list")
+    loss = manifest.get("loss")
+    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss)):
+        _fail(f"loss must be a finite number, got {loss!r}")
     step_fields = {"n", "m", "start", "tokens", "shapes", "grads"}
     for i, s in enumerate(steps):
-        if not isinstance(s, dict) or set(s) != step_fields:
-            _fail(f"step {i} must be an object with fields {sorted(step_fields)}")
+        if not isinstance(s, dict) or set(s) - {"pad"} != step_fields:
+            _fail(f"step {i} must be an object with fields {sorted(step_fields)} (and optionally 'pad')")
         n, m, start = s["n"], s["m"], s["start"]
         if not (_is_int(n) and _is_int(m) and _is_int(start) and n >= 1 and start >= 0 and m == start + n
                 and m <= config.max_seq_len):
             _fail(f"step {i}: need ints n >= 1, start >= 0, m = start + n <= {config.max_seq_len}; "
                   f"got n={n!r}, m={m!r}, start={start!r}")
+        pad = s.get("pad", 0)
+        if not (_is_int(pad) and 0 <= pad <= m):
+            _fail(f"step {i}: pad must be an int in [0, m={m}], got {pad!r}")
         tokens = s["tokens"]
         if (not isinstance(tokens, list) or len(tokens) != n
                 or not all(_is_int(t) and 0 <= t < config.vocab_size for t in tokens)):
@@ -194,7 +205,7 @@ def _read_trace(z: zipfile.ZipFile, where: str) -> Trace:
     expected = {"manifest.json"}
     steps = []
     for i, s in enumerate(manifest["steps"]):
-        step = Step(i, s["n"], s["m"], s["start"], np.array(s["tokens"], dtype=np.int64))
+        step = Step(i, s["n"], s["m"], s["start"], np.array(s["tokens"], dtype=np.int64), pad=s.get("pad", 0))
         for kind, names_ in (("values", list(s["shapes"])), ("grads", s["grads"])):
             for k in names_:
                 member = f"{kind}/{i}/{k}.npy"
@@ -208,8 +219,10 @@ def _read_trace(z: zipfile.ZipFile, where: str) -> Trace:
     extra = sorted(set(members) - expected)
     if extra:
         raise ValueError(f"{where!r}: unexpected member {extra[0]!r}")
-    return Trace(config, registry(config), manifest["names"], steps, manifest["batch"], manifest["dtype"],
-                 manifest["interventions"])
+    trace = Trace(config, registry(config), manifest["names"], steps, manifest["batch"], manifest["dtype"],
+                  manifest["interventions"])
+    trace.loss = manifest.get("loss")
+    return trace
 
 
 def _read_npy(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, where: str) -> np.ndarray:

@@ -25,12 +25,25 @@ def _constant(data: np.ndarray, like: Tensor) -> Tensor:
     return Tensor(data, requires_grad=bool(ag.is_grad_enabled() and like.requires_grad))
 
 
-def _layers(layers, n_layers: int) -> list[int]:
-    if layers is None:
-        return list(range(n_layers))
-    if isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
-        layers = [layers]
-    return [_index(i, "layer", n_layers) for i in layers]
+def _indices(values, size: int, what: str = "layer") -> list[int]:
+    """None (every one), an int, or a non-empty list of ints in [0, size), as a list."""
+    if values is None:
+        return list(range(size))
+    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, (list, tuple, range, np.ndarray)):
+        raise TypeError(f"{what}s must be an int, a list of ints or None, got {values!r}")
+    if len(values) == 0:
+        raise ValueError(f"{what}s is empty: give at least one {what}, or None for all")
+    return [_index(i, what, size) for i in values]
+
+
+def _finite(name: str, what: str, values: np.ndarray) -> np.ndarray:
+    """``values`` if they are real and finite; a ValueError naming the intervention otherwise."""
+    if values.dtype.kind == "c" or (values.dtype.kind == "f" and not np.isfinite(values).all()):
+        bad = "complex" if values.dtype.kind == "c" else "NaN or infinite"
+        raise ValueError(f"{what} of {name!r}: the new values are {bad}; an edit must give finite real numbers")
+    return values
 
 
 class Intervention:
@@ -70,7 +83,9 @@ class Edit(Intervention):
             new = np.asarray(self.fn(np.array(t.data[b])))
             if new.shape != t.shape[1:]:
                 raise ValueError(f"Edit of {name!r}: fn returned shape {new.shape}, expected {t.shape[1:]}")
-            rows.append(new)
+            if new.dtype.kind not in "biufc":
+                raise TypeError(f"Edit of {name!r}: fn returned {new.dtype} values, expected numbers")
+            rows.append(_finite(name, "Edit", new))
         return _constant(np.stack(rows).astype(t.dtype, copy=False), t)
 
     def __repr__(self):
@@ -102,8 +117,8 @@ class MeanAblate(Intervention):
 
     ``mean``: a (D,) array, or a :class:`Trace` of reference text that recorded
     ``layers.{layer}.attn.mix``: the mean of that head over all its positions
-    and steps. (A mean over the current forward's own positions would let
-    early positions see later ones, so it is not offered.)
+    and steps, left padding excluded. (A mean over the current forward's own
+    positions would let early positions see later ones, so it is not offered.)
     """
 
     def __init__(self, layer: int, head: int, mean):
@@ -114,11 +129,15 @@ class MeanAblate(Intervention):
         self.head = _index(self.head, "head", config.n_heads)
         if isinstance(self.mean, Trace):
             rows = [self.mean.get("attn.mix", layer=self.layer, head=self.head, step=s.index)
-                    for s in self.mean.steps]                            # [(n_s, D)]
-            if not rows:
-                raise ValueError("MeanAblate: the reference trace has no steps")
+                    [max(0, s.pad - s.start):] for s in self.mean.steps]    # [(n_s, D)], padding dropped
+            if not sum(len(r) for r in rows):
+                raise ValueError("MeanAblate: the reference trace has no positions of text")
             self.mean = np.concatenate(rows).astype(np.float64).mean(axis=0)  # (D,)
-        mean = np.asarray(self.mean, dtype=np.float64)
+        try:
+            mean = np.asarray(self.mean, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"MeanAblate: mean must be {config.head_dim} numbers or a Trace, "
+                            f"got {type(self.mean).__name__}") from None
         if mean.shape != (config.head_dim,) or not np.all(np.isfinite(mean)):
             raise ValueError(f"MeanAblate: mean must be {config.head_dim} finite numbers, got shape {mean.shape}")
         self.mean = mean
@@ -133,7 +152,9 @@ class MeanAblate(Intervention):
         return t * keep + fill                                           # (B, H, n, D)
 
     def __repr__(self):
-        return f"MeanAblate(layer={self.layer}, head={self.head})"
+        mean = (np.array2string(np.asarray(self.mean), precision=6, separator=", ", max_line_width=10**6)
+                if not isinstance(self.mean, Trace) else "Trace")
+        return f"MeanAblate(layer={self.layer}, head={self.head}, mean={mean})"
 
 
 class Patch(Intervention):
@@ -149,6 +170,9 @@ class Patch(Intervention):
     def __init__(self, names, source, step=None, positions=None):
         if not isinstance(source, Trace):
             source = np.asarray(source)
+            if source.dtype.kind not in "biuf" or (source.dtype.kind == "f" and not np.isfinite(source).all()):
+                raise ValueError(f"Patch source must be finite real numbers (or a Trace), got {source.dtype} "
+                                 f"{'with NaN or infinite values' if source.dtype.kind == 'f' else 'values'}")
         self.patterns, self.source, self.source_step = names, source, step
         self.positions = None if positions is None else np.atleast_1d(np.asarray(positions))
         if self.positions is not None and self.positions.dtype.kind not in "iu":
@@ -205,7 +229,7 @@ class MaskOff(Intervention):
         self.layers = layers
 
     def bind(self, axes, config):
-        self.layers = _layers(self.layers, config.n_layers)
+        self.layers = _indices(self.layers, config.n_layers)
         return [f"layers.{i}.attn.mask" for i in self.layers]
 
     def apply(self, name, t, step):
@@ -230,10 +254,9 @@ class Temperature(Intervention):
         self.temperature, self.layers, self.heads = float(temperature), layers, heads
 
     def bind(self, axes, config):
-        self.layers = _layers(self.layers, config.n_layers)
+        self.layers = _indices(self.layers, config.n_layers)
         if self.heads is not None:
-            heads = [self.heads] if isinstance(self.heads, (int, np.integer)) else self.heads
-            self.heads = [_index(h, "head", config.n_heads) for h in heads]
+            self.heads = _indices(self.heads, config.n_heads, "head")
         return [f"layers.{i}.attn.scores" for i in self.layers]
 
     def apply(self, name, t, step):

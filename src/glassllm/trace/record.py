@@ -19,6 +19,12 @@ class Step:
 
     ``tokens`` (n,) are the kept batch row's input ids; ``values`` and
     ``grads`` map snapshot names to arrays (batch removed, read-only).
+    ``pad``: in a batch of prompts of different lengths, the kept row's
+    positions 0 .. pad-1 are left padding -- filler ids (0) that no query may
+    read (``attn.mask`` forbids them) and whose own rows of every snapshot
+    carry no meaning (a padded query reads nothing: its ``attn.softmax`` row
+    is all zeros). ``n``, ``start`` and ``m`` count the padding; the row's
+    own text starts at position ``pad``. 0 when nothing is padded.
     """
 
     index: int
@@ -28,6 +34,7 @@ class Step:
     tokens: np.ndarray
     values: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
+    pad: int = 0
 
 
 class Trace:
@@ -56,10 +63,18 @@ class Trace:
 
     @property
     def tokens(self) -> np.ndarray:
-        """The kept row's token ids of all steps, in order: (start of last step + its n,)."""
+        """The kept row's token ids of all steps, in order: (start of last step + its n,).
+
+        Positions before :attr:`pad` are left padding (filler id 0), not text.
+        """
         if not self.steps:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([s.tokens for s in self.steps])
+
+    @property
+    def pad(self) -> int:
+        """How many positions at the start of the kept row are left padding (see :class:`Step`)."""
+        return self.steps[0].pad if self.steps else 0
 
     def name(self, name: str, layer=None) -> str:
         """The full name of ``name`` (with ``layer`` for a layer-local name); ValueError if unknown."""
@@ -114,6 +129,7 @@ class Trace:
             if axis is None:
                 raise ValueError(f"{full!r} has no head axis (axes {', '.join(self.axes[full])})")
             out = out.take(_index(head, "head", out.shape[axis]), axis=axis)
+            out.flags.writeable = False                                  # read-only, as every other read
         return out
 
     def shape(self, name: str, layer=None, step=None) -> tuple:

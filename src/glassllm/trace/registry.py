@@ -68,7 +68,11 @@ def snapshot_shape(name: str, config: ModelConfig | None = None, n: int = 1, m: 
     axes = registry(config)
     if name not in axes:
         raise ValueError(f"no snapshot is named {name!r}; names are {_summary(axes)}")
-    sizes = axis_sizes(config, n, n if m is None else m)
+    m = n if m is None else m
+    n, m = _index(n, "n"), _index(m, "m")
+    if not 1 <= n <= m:
+        raise ValueError(f"need 1 <= n <= m (n new queries read m keys, the cached ones included), got n={n}, m={m}")
+    sizes = axis_sizes(config, n, m)
     return tuple(sizes[a] for a in axes[name])
 
 
@@ -114,10 +118,9 @@ def _resolve(pattern, axes: dict, layer=None) -> list[str]:
 def _resolve_all(patterns, axes: dict) -> list[str]:
     if isinstance(patterns, str):
         patterns = [patterns]
-    try:
-        patterns = list(patterns)
-    except TypeError:
-        raise TypeError(f"names must be a str or a list of str, got {type(patterns).__name__}") from None
+    if isinstance(patterns, (bytes, dict)) or not isinstance(patterns, (list, tuple, set, frozenset)):
+        raise TypeError(f"names must be a str or a list of str, got {type(patterns).__name__}")
+    patterns = list(patterns)
     chosen = set()
     for p in patterns:
         chosen.update(_resolve(p, axes))

@@ -1,7 +1,7 @@
 """The :class:`Tracer`: records snapshots (and their gradients) while the model runs.
 
 The model calls three methods on an attached tracer (see :mod:`glassllm.nn`):
-``begin_forward(n=, m=, start=, tokens=)`` at the start of every forward,
+``begin_forward(n=, m=, start=, tokens=, pad=)`` at the start of every forward,
 ``wants(names)`` to decide whether to take a spelled-out teaching path, and
 ``record(name, t)``, whose return value flows on downstream -- which is how
 interventions replace a snapshot.
@@ -27,10 +27,17 @@ class Tracer:
     """Records snapshots (and their gradients) of ``model`` while the ``with`` block runs.
 
     ``names``: None records every snapshot; otherwise a name, glob or
-    layer-local name, or a list of them (each must match some snapshot).
+    layer-local name, or a list of them (each must match some snapshot); an
+    empty list records nothing (to run interventions only).
     ``batch``: which batch row to keep. ``dtype``: storage dtype (float16,
     float32 or float64; default: the model's). ``interventions``: edits applied
     during every forward (see :class:`Intervention`).
+
+    Outside ``no_grad()`` the tracer keeps each recorded tensor's place in the
+    autograd graph, so that a backward pass (inside the block, or followed by
+    :meth:`collect_grads`) can store its gradient; until then the graph's
+    activations stay in memory. To record values only, run under ``no_grad()``
+    (as :func:`trace` does without ``targets``).
 
     >>> from glassllm.nn import Transformer
     >>> model = Transformer(seed=0)
@@ -42,6 +49,8 @@ class Tracer:
     """
 
     def __init__(self, model, names=None, *, batch: int = 0, dtype=None, interventions=()):
+        if not (hasattr(model, "config") and hasattr(model, "set_tracer")):
+            raise TypeError(f"Tracer needs a glassllm Transformer, got {type(model).__name__}")
         self.model = model
         self.config = model.config
         self.axes = registry(model)
@@ -60,14 +69,25 @@ class Tracer:
         self._active = frozenset(self.selected | set(self._edits))
         self.steps: list[Step] = []
         self._live: list[tuple[Step, str, Tensor]] = []
+        self._model_dtype = None                       # the model's dtype at the first forward
 
     # -- the protocol the model calls -----------------------------------------
-    def begin_forward(self, n: int, m: int, start: int, tokens) -> None:
-        """A forward of n new tokens against m keys begins: open a new step."""
+    def begin_forward(self, n: int, m: int, start: int, tokens, pad=None) -> None:
+        """A forward of n new tokens against m keys begins: open a new step.
+
+        ``pad`` (B,): each row's left padding, when a batch holds prompts of different lengths.
+        """
         tokens = np.asarray(tokens)
         if self.batch >= tokens.shape[0]:
             raise ValueError(f"batch={self.batch} is out of range: the forward has batch size {tokens.shape[0]}")
-        self.steps.append(Step(len(self.steps), int(n), int(m), int(start), tokens[self.batch].copy()))
+        dtype = np.dtype(self.model.dtype).name
+        if self._model_dtype is None:
+            self._model_dtype = dtype
+        elif dtype != self._model_dtype:
+            raise ValueError(f"the model's dtype changed from {self._model_dtype} to {dtype} while it was traced; "
+                             "use one Tracer per dtype")
+        row_pad = 0 if pad is None else int(pad[self.batch])
+        self.steps.append(Step(len(self.steps), int(n), int(m), int(start), tokens[self.batch].copy(), pad=row_pad))
 
     def wants(self, names) -> bool:
         """Does any of these full names need to be seen (recorded or edited)?"""
@@ -83,9 +103,10 @@ class Tracer:
         step = self.steps[-1]
         for iv in self._edits.get(name, ()):
             new = iv.apply(name, t, step)
-            if not isinstance(new, Tensor) or new.shape != t.shape:
-                got = new.shape if isinstance(new, Tensor) else type(new).__name__
-                raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of shape {t.shape}")
+            if not isinstance(new, Tensor) or new.shape != t.shape or new.dtype != t.dtype:
+                got = f"{new.dtype} {new.shape}" if isinstance(new, Tensor) else type(new).__name__
+                raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of "
+                                 f"{np.dtype(t.dtype).name} {t.shape}")
             t = new
         if name in self.selected:
             if ag.is_grad_enabled() and t.requires_grad:
@@ -138,8 +159,10 @@ class Tracer:
     @property
     def trace(self) -> Trace:
         """What has been recorded so far."""
-        dtype = np.dtype(self.model.dtype if self.dtype is None else self.dtype).name
-        return Trace(self.config, self.axes, [k for k in self.axes if k in self.selected], self.steps,
+        model_dtype = self._model_dtype or np.dtype(self.model.dtype).name
+        dtype = model_dtype if self.dtype is None else np.dtype(self.dtype).name
+        # A list of its own: later forwards of this tracer do not change a Trace already handed out.
+        return Trace(self.config, self.axes, [k for k in self.axes if k in self.selected], list(self.steps),
                      self.batch, dtype, [repr(iv) for iv in self.interventions])
 
     def names(self) -> list[str]:
@@ -156,6 +179,13 @@ def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0
     holds the loss). The parameters' ``.grad`` are left as they were.
     """
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
+    if targets is not None:
+        shape = np.shape(model.check_tokens(tokens))
+        targets = np.asarray(targets)
+        if targets.shape not in (shape, shape[1:]) or (targets.ndim == 1 and shape[0] != 1):
+            raise ValueError(f"targets of shape {targets.shape} do not match the tokens' shape {shape}")
+        if not ag.is_grad_enabled():
+            raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
     if targets is None:
         with ag.no_grad(), tracer:
             model(tokens, cache)
@@ -167,7 +197,6 @@ def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0
     try:
         with tracer:
             logits = model(tokens, cache)
-            targets = np.asarray(targets)
             loss = ag.cross_entropy(logits, targets.reshape(logits.shape[:-1]) if targets.ndim == 1 else targets)
             loss.backward()
     finally:
