@@ -23,6 +23,7 @@ from glassllm.config import ModelConfig
 from glassllm.nn import Transformer
 from glassllm.optim import AdamW
 from glassllm.tokenizer import Tokenizer
+from glassllm_testing import randomize
 
 SHARED_VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories" / "valid.txt"
 
@@ -474,6 +475,36 @@ def test_bad_folders_get_one_clear_line(good_folder, tmp_path, capsys, mutate, n
     err = capsys.readouterr().err.strip()
     assert err.startswith("glassllm import-hf: error:") and needle in err and "\n" not in err
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_export_then_import_keeps_every_bit_and_the_precision(tmp_path, tok500, dtype, capsys):
+    """A float64 model comes back float64 (it used to be narrowed to float32 without a word)."""
+    c = ModelConfig(vocab_size=500, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
+    model = randomize(Transformer(c, seed=0, dtype=dtype), np.random.default_rng(9))
+    checkpoint.save_model(tmp_path / "m.safetensors", model, tok500)
+    assert cli.main(["export", str(tmp_path / "m.safetensors"), str(tmp_path / "hf")]) == 0
+    assert cli.main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "back.safetensors")]) == 0
+    assert f"{np.dtype(dtype).name} parameters" in capsys.readouterr().out
+    back, _, _ = checkpoint.load_model(tmp_path / "back.safetensors")
+    assert back.dtype == dtype
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(back.state_dict()[key], value, err_msg=key)
+    narrowed, _, _ = hf.import_hf(tmp_path / "hf", tmp_path / "narrow.safetensors", dtype=np.float32)
+    assert narrowed.dtype == np.float32                                 # asked for, it narrows
+
+
+def test_integer_norm_eps_and_theta_are_written_as_floats_transformers_accepts(tmp_path, tok500):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    c = ModelConfig(vocab_size=500, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64,
+                    norm_eps=1, rope_theta=10000)
+    checkpoint.save_model(tmp_path / "m.safetensors", Transformer(c, seed=0), tok500)
+    folder = hf.export_hf(tmp_path / "m.safetensors", tmp_path / "hf")
+    doc = json.loads((folder / "config.json").read_text())
+    assert isinstance(doc["rms_norm_eps"], float) and isinstance(doc["rope_theta"], float)
+    theirs = transformers.LlamaForCausalLM.from_pretrained(folder)
+    assert theirs.config.rms_norm_eps == 1.0
 
 
 def test_import_of_a_file_not_a_folder(tmp_path, capsys):

@@ -419,3 +419,17 @@ def test_keep_freed_memory_is_idempotent_and_can_be_declined():
     env = dict(os.environ, GLASSLLM_SYSTEM_MALLOC="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_decoder_builds_rope_matrices_only_for_positions_it_reaches():
+    """A model of a 32,768-token context decodes a few tokens without a (32768, D, D) table (2 GB at D=256)."""
+    from glassllm.config import ModelConfig
+    from glassllm.generate import generate
+    from glassllm.nn import Transformer
+
+    c = ModelConfig(vocab_size=64, dim=64, n_layers=1, n_heads=1, n_kv_heads=1, ffn_dim=64, max_seq_len=32768)
+    model = Transformer(c, seed=0)
+    fast = [t.id for t in generate(model, None, [1, 2, 3], max_new_tokens=70, temperature=0.0)]
+    assert len(model.rotary._matrices) <= 256                           # positions reached: 72; built in doublings
+    slow = [t.id for t in generate(model, None, [1, 2, 3], max_new_tokens=70, temperature=0.0, fast=False)]
+    assert fast == slow

@@ -624,7 +624,9 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
 
     logits (..., V), targets (...) of ints. Positions whose target equals
     ``ignore_index`` count neither in the sum nor in the mean. Softmax and the
-    loss are fused: the gradient is ``(softmax - onehot) / count``.
+    loss are fused: the gradient is ``(softmax - onehot) / count``. When every
+    target is ignored there is nothing to average: the loss is 0 and so are the
+    gradients (PyTorch's mean over no positions is NaN instead).
     """
     logits = _as_tensor(logits)
     targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)

@@ -80,7 +80,15 @@ class FastDecoder:
         self.out = packed(model.norm, model.output)                         # (C, V)
 
         # RoPE as a matmul: row-vector x @ R[p] turns each pair (x[2i], x[2i+1]) by angle p*w_i.
-        self.rot = model.rotary.matrices()                                  # (max_len, D, D)
+        # Built for the positions reached so far (see _rotations), not the whole context.
+        self.rotary = model.rotary
+        self.rot = self.rotary.matrices(min(c.max_seq_len, 64))             # (positions built, D, D)
+
+    def _rotations(self, m: int) -> np.ndarray:
+        """RoPE matrices for at least positions 0 .. m-1, doubling what is built when it falls short."""
+        if m > len(self.rot):
+            self.rot = self.rotary.matrices(max(m, 2 * len(self.rot)))
+        return self.rot
 
     def _rms(self, x: np.ndarray) -> np.ndarray:
         """x / rms(x) over the last axis (the gain lives in the next matrix): (N, C)."""
@@ -119,12 +127,12 @@ class FastDecoder:
 
         # Positions and the mask, by the module path's rules.
         if pad is None:
-            rot = self.rot[start:m]                                         # (n, D, D)
+            rot = self._rotations(m)[start:m]                               # (n, D, D)
             rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
             mask = causal_mask(n, m, start)[None] if n > 1 else None        # (1, n, m); one query sees all
         else:
             positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
-            rot = self.rot[positions.reshape(-1)][:, None]                  # (N, 1, D, D)
+            rot = self._rotations(m)[positions.reshape(-1)][:, None]        # (N, 1, D, D)
             mask = causal_mask(n, m, start)[None] | (np.arange(m)[None, None, :] < pad[:, None, None])  # (B, n, m)
         if mask is not None:
             mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
@@ -187,7 +195,7 @@ class FastDecoder:
         HD, KD = H * D, (H + G) * D
         start = cache.start
         m = start + 1
-        rot = self.rot[start]                                               # (D, D)
+        rot = (self.rot if m <= len(self.rot) else self._rotations(m))[start]  # (D, D)
         x = self.embed[ids]                                                 # (B, C), a copy: updated in place
         for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):
             qkv = self._rms(x) @ wqkv                                       # (B, (H+2G)D)

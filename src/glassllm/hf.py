@@ -160,9 +160,9 @@ def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
         "head_dim": config.head_dim,
         "hidden_act": "silu",
         "max_position_embeddings": config.max_seq_len,
-        "rms_norm_eps": config.norm_eps,
-        "rope_theta": config.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "rms_norm_eps": float(config.norm_eps),        # transformers 5 insists on floats here
+        "rope_theta": float(config.rope_theta),
+        "rope_parameters": {"rope_type": "default", "rope_theta": float(config.rope_theta)},
         "rope_scaling": None,
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -566,8 +566,12 @@ def _read_json(path: Path, what: str) -> dict:
         raise ValueError(f"{str(path)!r} is not valid JSON ({e})") from None
 
 
-def load_hf(folder, dtype=np.float32):
-    """Read a Hugging Face Llama folder: ``(model, tokenizer, perm)`` (see :func:`tokenizer_from_hf`)."""
+def load_hf(folder, dtype=None):
+    """Read a Hugging Face Llama folder: ``(model, tokenizer, perm)`` (see :func:`tokenizer_from_hf`).
+
+    ``dtype``: the model's float type; None keeps the checkpoint's precision (float64 when
+    its tensors are F64, else float32: F16 and BF16 weights are widened to float32).
+    """
     from .nn import Transformer
 
     folder = Path(folder)
@@ -592,16 +596,18 @@ def load_hf(folder, dtype=np.float32):
     for key, w in state.items():
         if not np.all(np.isfinite(w)):
             raise ValueError(f"{str(folder)!r}: tensor for {key!r} contains NaN or infinite values")
+    if dtype is None:
+        dtype = np.float64 if any(w.dtype == np.float64 for w in state.values()) else np.float32
     model = Transformer(config, seed=0, dtype=dtype)
     model.load_state_dict(state)
     return model, tokenizer, perm
 
 
-def import_hf(folder, out_file, dtype=np.float32):
+def import_hf(folder, out_file, dtype=None):
     """Convert the Hugging Face Llama folder ``folder`` into the glassllm model file ``out_file``.
 
     Returns ``(model, tokenizer, perm)``; ``perm[our_id]`` is the original id.
-    ``out_file`` may not be one of the folder's own files.
+    ``out_file`` may not be one of the folder's own files. ``dtype``: as :func:`load_hf`.
     """
     out = Path(out_file)
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
@@ -629,6 +635,9 @@ def add_cli(name: str, parser) -> None:
         parser.add_argument("dir", metavar="DIR", help="a Hugging Face Llama folder (config.json, "
                             "model.safetensors, tokenizer.json)")
         parser.add_argument("out", metavar="OUT", help="the glassllm model file to write")
+        parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                            help="precision of the model file (default: the checkpoint's -- float64 if its "
+                                 "tensors are F64, else float32)")
         parser.set_defaults(func=_cli_import)
 
 
@@ -640,9 +649,10 @@ def _cli_export(args) -> int:
 
 
 def _cli_import(args) -> int:
-    model, tokenizer, perm = import_hf(args.dir, args.out)
+    model, tokenizer, perm = import_hf(args.dir, args.out, dtype=args.dtype)
     c = model.config
-    print(f"wrote {args.out}: {model.num_params():,} parameters, vocab {c.vocab_size}, width {c.dim}, "
+    print(f"wrote {args.out}: {model.num_params():,} {np.dtype(model.dtype).name} parameters, "
+          f"vocab {c.vocab_size}, width {c.dim}, "
           f"{c.n_layers} layers, {c.n_heads} query heads / {c.n_kv_heads} key-value heads")
     if not np.array_equal(perm, np.arange(len(perm))):
         print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")

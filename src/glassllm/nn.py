@@ -273,22 +273,27 @@ class Rotary:
         """cos, sin for integer ``positions`` of any shape: (..., D/2)."""
         return self.cos[positions], self.sin[positions]
 
-    def matrices(self) -> np.ndarray:
-        """The same rotations as matrices, (max_len, D, D): row vector ``x @ R[p]`` turns x to position p.
+    def matrices(self, upto: int | None = None) -> np.ndarray:
+        """The same rotations as matrices, (upto, D, D) for positions 0 .. upto-1 (default: all
+        max_len): row vector ``x @ R[p]`` turns x to position p.
 
         Pair i's 2 x 2 block is [[cos, sin], [-sin, cos]], so (x[2i], x[2i+1])
-        becomes (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Built on the
-        first call and kept (until :meth:`cast`): the decoder reads one per step.
+        becomes (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Built on
+        demand and kept (until :meth:`cast`): the decoder reads one per step.
+        Only the positions asked for are built -- D x D numbers each, so a long
+        context's whole table could be gigabytes.
         """
-        if self._matrices is None:
-            L, half = self.cos.shape
-            R = np.zeros((L, half, 2, half, 2), dtype=self.cos.dtype)       # (max_len, D/2, 2, D/2, 2)
+        L, half = self.cos.shape
+        upto = L if upto is None else min(int(upto), L)
+        if self._matrices is None or len(self._matrices) < upto:
+            R = np.zeros((upto, half, 2, half, 2), dtype=self.cos.dtype)   # (upto, D/2, 2, D/2, 2)
             i = np.arange(half)
-            R[:, i, 0, i, 0], R[:, i, 0, i, 1] = self.cos, self.sin          # x[2i]   -> ( c, s)
-            R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -self.sin, self.cos         # x[2i+1] -> (-s, c)
+            cos, sin = self.cos[:upto], self.sin[:upto]
+            R[:, i, 0, i, 0], R[:, i, 0, i, 1] = cos, sin                   # x[2i]   -> ( c, s)
+            R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -sin, cos                  # x[2i+1] -> (-s, c)
             R.flags.writeable = False
-            self._matrices = R.reshape(L, 2 * half, 2 * half)               # (max_len, D, D)
-        return self._matrices
+            self._matrices = R.reshape(upto, 2 * half, 2 * half)            # (upto, D, D)
+        return self._matrices[:upto]
 
 
 class Attention(Module):
