@@ -283,3 +283,23 @@ def test_shared_tinystories_layout(shared_data):
     text = (shared_data / "tinystories" / "valid.txt").read_text(encoding="utf-8")
     assert text.endswith("\n<|endoftext|>\n")
     assert text.count("\n<|endoftext|>\n") == 1000
+
+
+def test_a_file_whose_name_looks_like_text_is_still_read_as_a_file(corpus, tmp_path):
+    """A path with a newline in its name (or a very long one) is a Path here, never tokenised as text."""
+    odd = corpus / "we\nird.txt"
+    odd.write_text(make_stories(5, 3), encoding="utf-8")
+    tok = Tokenizer.train([corpus / "a.txt"], vocab_size=300)
+    ids = token_ids([odd], tok, tmp_path / "cache")
+    assert tok.decode_bytes(np.asarray(ids, dtype=np.int64)) == odd.read_bytes()
+
+
+def test_a_tokenizer_trained_on_a_folder_reads_the_files_training_reads(corpus):
+    """Hidden files and folders are left out by both (the corpus holds .hidden.txt; add a hidden folder)."""
+    (corpus / ".cache").mkdir()
+    (corpus / ".cache" / "c.txt").write_text("zyxwv " * 200, encoding="utf-8")
+    from glassllm.tokenizer import _files
+
+    assert _files(corpus) == expand_paths(corpus)
+    assert Tokenizer.train(corpus, vocab_size=300).encode("zyxwv") == \
+        Tokenizer.train(expand_paths(corpus), vocab_size=300).encode("zyxwv")

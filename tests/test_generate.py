@@ -448,3 +448,76 @@ def test_cli_entry_point_in_a_subprocess(model_file):
     bad = subprocess.run([sys.executable, "-m", "glassllm.cli", "generate", "Ben", "--model", str(model_file),
                           "--temperature", "nan"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "temperature" in bad.stderr
+
+
+# ----------------------------------------------------------------------------
+# Alternatives, top-p and temperature at their edges; a long prefill; an interrupted CLI
+# ----------------------------------------------------------------------------
+
+def test_alternatives_break_ties_toward_the_lower_id():
+    from glassllm.generate import _top
+
+    assert [i for i, _ in _top(np.full(600, 1 / 600), 3)] == [0, 1, 2]
+    probs = np.array([0.1, 0.3, 0.1, 0.3, 0.2])
+    assert _top(probs, 4) == ((1, 0.3), (3, 0.3), (4, 0.2), (0, 0.1))
+
+
+def test_top_p_keeps_the_smallest_set_that_reaches_p_despite_rounding():
+    from glassllm.sampling import sampling_distribution
+
+    # Ten equal ids: the running sum after eight is 0.7999999999999999 in floats; eight reach 0.8.
+    for p, kept in ((0.8, 8), (0.9, 9), (0.85, 9), (1.0, 10)):
+        assert (sampling_distribution(np.zeros(10), 1.0, top_p=p) > 0).sum() == kept, p
+
+
+def test_a_tiny_temperature_is_greedy_without_a_warning():
+    import warnings
+
+    from glassllm.sampling import sampling_distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = sampling_distribution(np.array([0.5, 2.0, -1.0]), 1e-310)
+    assert dist.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_a_long_prefill_goes_through_the_tiled_kernel():
+    """n >= FLASH_MIN_QUERIES: the lean decoder hands the prefill to the module path, whose tiled
+    kernel holds no (n, m) score matrices -- so the logits are the module path's to the bit, where a
+    shorter prefill, computed the lean way, differs from it in rounding."""
+    import dataclasses
+
+    config = dataclasses.replace(SMALL, max_seq_len=256)
+    model64 = randomize(Transformer(config, seed=0, dtype=np.float64), np.random.default_rng(1))
+    tokens = np.random.default_rng(5).integers(0, SMALL.vocab_size, (4, 140))
+    ref_cache, lean_cache = model64.new_cache(4), model64.new_cache(4)
+    with no_grad():
+        want = model64(tokens, ref_cache).data[:, -1]
+    lean = FastDecoder(model64)
+    got = lean(tokens, lean_cache)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(lean_cache.k, ref_cache.k)
+    assert lean_cache.start == 140
+    short = tokens[:, :100]                                              # below the threshold: the lean way
+    with no_grad():
+        want_short = model64(short, model64.new_cache(4)).data[:, -1]
+    got_short = lean(short, model64.new_cache(4))
+    np.testing.assert_allclose(got_short, want_short, rtol=1e-10, atol=1e-12)
+    assert not np.array_equal(got_short, want_short)
+
+
+def test_an_interrupted_generate_ends_its_line(model_file, monkeypatch, capsys):
+    import glassllm.generate as gen
+
+    real = gen.generate
+
+    def cut_short(*args, **kwargs):
+        for i, t in enumerate(real(*args, **kwargs)):
+            if i == 3:
+                raise KeyboardInterrupt
+            yield t
+
+    monkeypatch.setattr(gen, "generate", cut_short)
+    assert main(["generate", "Tom", "--model", str(model_file), "--max-new-tokens", "10"]) == 130
+    out, err = capsys.readouterr()
+    assert out.startswith("Tom") and out.endswith("\n") and err == "glassllm generate: interrupted\n"

@@ -531,3 +531,60 @@ def test_bundled_card_matches_the_model_file():
     _, meta = checkpoint.read_header(checkpoint.bundled_model_path())
     for key in ("command", "probe_loss", "valid_loss", "valid_bits_per_byte", "seed"):
         assert meta[key] in card, key
+
+
+# ----------------------------------------------------------------------------
+# Data a run is given: what it refuses at the start, and what it records
+# ----------------------------------------------------------------------------
+
+TINY_RUN = ["--steps", 2, "--batch-size", 2, "--seq-len", 16, "--vocab-size", 300, "--dim", 32, "--n-layers", 1,
+            "--n-heads", 2, "--n-kv-heads", 1, "--no-progress"]
+
+
+def test_held_out_text_of_one_token_is_refused_before_training(texts, tmp_path, capsys):
+    train, _ = texts
+    (tmp_path / "one.txt").write_text("a", encoding="utf-8")
+    code = main(["train", "--data", str(train), "--valid", str(tmp_path / "one.txt"), "--out", str(tmp_path / "r"),
+                 *map(str, TINY_RUN)])
+    err = capsys.readouterr().err
+    assert code == 2 and "held-out text is 1 token long" in err and "at least 2" in err
+    assert not (tmp_path / "r").exists()                                # refused before a step: no folder left
+
+
+def test_a_refused_run_leaves_no_token_cache_behind(tmp_path, capsys):
+    (tmp_path / "short.txt").write_text(make_stories(2, 0)[:120], encoding="utf-8")
+    code = main(["train", "--data", str(tmp_path / "short.txt"), "--out", str(tmp_path / "r"), *map(str, TINY_RUN[:-1]),
+                 "--seq-len", "64", "--no-progress"])
+    assert code == 2, capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_model_file_names_each_data_file_by_its_whole_path(tmp_path, capsys):
+    for sub, seed in (("a", 0), ("b", 1)):
+        (tmp_path / "data" / sub).mkdir(parents=True)
+        (tmp_path / "data" / sub / "train.txt").write_text(make_stories(60, seed), encoding="utf-8")
+    assert main(["train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "r"), *map(str, TINY_RUN)]) == 0
+    _, _, meta = checkpoint.load_model(tmp_path / "r" / "model.safetensors")
+    hashes = json.loads(meta["train_data_sha256"])
+    want = {str((tmp_path / "data" / s / "train.txt").resolve()):
+            hashlib.sha256((tmp_path / "data" / s / "train.txt").read_bytes()).hexdigest() for s in "ab"}
+    assert hashes == want
+
+
+def test_resume_checks_downloads_in_the_runs_own_cache(texts, tmp_path, monkeypatch, capsys):
+    """A run that downloaded into OUT/cache looks there again on --resume (not in ~/.cache)."""
+    import glassllm.train as train_module
+
+    train, _ = texts
+    out = tmp_path / "r"
+    assert main(["train", "--data", str(train), "--out", str(out), *map(str, TINY_RUN), "--until", "1"]) == 0
+    seen = []
+    real = train_module.resolve_sources
+
+    def spy(sources, cache_dir=None, **kw):
+        seen.append(cache_dir)
+        return real(sources, cache_dir, **kw)
+
+    monkeypatch.setattr(train_module, "resolve_sources", spy)
+    assert main(["train", "--out", str(out), "--resume", "--data", str(train), "--no-progress"]) == 0
+    assert seen == [out / "cache"]

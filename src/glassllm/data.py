@@ -123,7 +123,7 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
     cache_dir = make_folder(cache_dir)
     path = cache_dir / f"tokens-{cache_key(hashes, tokenizer)[:24]}.npy"
     if not path.exists():
-        ids = np.asarray(tokenizer.encode_corpus([str(f) for f in files]))
+        ids = np.asarray(tokenizer.encode_corpus(files))        # Paths: never mistaken for text
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"tokenising {len(files)} file(s) gave no tokens")
         if ids.dtype != np.uint16:

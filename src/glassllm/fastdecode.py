@@ -18,6 +18,11 @@ path keeps the arithmetic and drops the bookkeeping:
 - attention folds the r = H/G query heads that share a key/value head into
   one matmul against that head's cached keys (nothing is copied per head).
 
+A long prefill (n >= ``FLASH_MIN_QUERIES`` new tokens) goes through the module
+path instead: there the tiled attention kernel never holds the (n, m) score
+matrices, which for a batch of long prompts would cost far more memory and
+time than Python's bookkeeping saves.
+
 The reorderings change float rounding only (the test allows 1e-5 relative in
 float32 and 1e-12 in float64, and asks for the same tokens).
 
@@ -38,7 +43,8 @@ import math
 
 import numpy as np
 
-from .nn import KVCache, Transformer, causal_mask
+from .autograd import no_grad
+from .nn import FLASH_MIN_QUERIES, KVCache, Transformer, causal_mask
 
 __all__ = ["FastDecoder"]
 
@@ -52,6 +58,7 @@ class FastDecoder:
 
     def __init__(self, model: Transformer):
         c = model.config
+        self.model = model
         self.config = c
         self.H, self.G, self.D = c.n_heads, c.n_kv_heads, c.head_dim
         self.eps = c.norm_eps
@@ -124,6 +131,9 @@ class FastDecoder:
         pad = cache.pad
         if n == 1 and pad is None:
             return self._next(tokens[:, 0], cache)
+        if n >= FLASH_MIN_QUERIES:  # a long prefill: the tiled kernel, no (n, m) matrices (module docstring)
+            with no_grad():
+                return self.model(tokens, cache).data[:, -1]
 
         # Positions and the mask, by the module path's rules.
         if pad is None:

@@ -31,15 +31,23 @@ The policies this module fixes (each is tested):
 - **Randomness**: ``seed`` is an int or a ``np.random.Generator``; one uniform
   number is drawn per sampled token (none when greedy). In a batch, row b uses
   ``np.random.default_rng(seed + b)`` (or the b-th of a list of seeds or
-  generators), so row b of a batch equals ``generate(prompts[b], seed=seed + b)``.
+  generators), so row b of a batch draws the same uniform numbers as
+  ``generate(prompts[b], seed=seed + b)``. Its tokens are the same up to
+  float32 rounding: padded and unpadded forwards sum in different orders, so
+  their probabilities differ by ~1e-6, and a draw that lands that close to the
+  boundary between two ids (about 1 token in 4,000 here) picks the other one.
+  Greedy decoding differs only where two logits are that close.
 - **Errors**: every bad parameter raises ``ValueError`` (wrong types raise
   :class:`~glassllm.sampling.ParameterTypeError`, which is both a
   ``ValueError`` and a ``TypeError``), in one line, before any model work.
 
-Two ways to run the model, tested equal: the module path (``model(tokens,
-cache)``, whose snapshots an attached tracer sees) and a lean NumPy path
+Two ways to run the model, tested equal to float32 rounding (the same caveat
+for sampled tokens): the module path (``model(tokens, cache)``, whose
+snapshots an attached tracer sees) and a lean NumPy path
 (:mod:`glassllm.fastdecode`). ``fast=None`` picks the lean one unless a tracer
 is attached -- checked at every step -- so tracing always sees the real forward.
+A batch costs as its longest prompt: every row is padded to it, so group
+prompts of similar lengths.
 """
 
 from __future__ import annotations
@@ -119,7 +127,10 @@ def _check_prompt(prompt, model: Transformer, tokenizer, where: str = "prompt") 
         raise ValueError(f"{where} token ids must be a flat sequence, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{where} is empty: give at least one token id")
-    if arr.dtype.kind not in "iu" or any(isinstance(i, (bool, np.bool_)) for i in prompt):
+    booleans = [i for i in prompt if isinstance(i, (bool, np.bool_))]
+    if booleans:
+        raise ParameterTypeError(f"{where} token ids must be ints, got the bool {booleans[0]!r}")
+    if arr.dtype.kind not in "iu":
         raise ParameterTypeError(f"{where} token ids must be ints, got {arr.dtype} values")
     bad = (arr < 0) | (arr >= V)
     if bad.any():
@@ -152,8 +163,8 @@ def _check_seeds(seed, batch: int) -> list[np.random.Generator]:
         return [np.random.default_rng(int(seed) + b) for b in range(batch)]
     if isinstance(seed, (list, tuple)) and len(seed) == batch:
         return [_check_seeds(s, 1)[0] for s in seed]
-    raise ParameterTypeError(f"seed must be an int >= 0, a numpy Generator, or a list of {batch} of them, "
-                             f"got {seed!r}")
+    many = f", or a list of {batch} of them (one per prompt)" if batch > 1 else ""
+    raise ParameterTypeError(f"seed must be an int >= 0 or a numpy Generator{many}, got {seed!r}")
 
 
 def _check_count(value, name: str, low: int, high: int | None = None) -> int:
@@ -209,7 +220,8 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
 
     Prompts are left-padded to the longest (the cache masks the padding and
     counts each row's positions from its first real token), so row b's tokens
-    equal ``generate(prompts[b], seed=seed + b)``. Yields the records of each
+    equal ``generate(prompts[b], seed=seed + b)`` up to float32 rounding (see
+    the module docstring: rarely, a sampled token differs). Yields the records of each
     step in row order; a finished row yields nothing more. Row b's records
     report its own ``n``, ``start`` and ``m``, without the padding.
     """
@@ -334,8 +346,8 @@ def _hit(text: str, before: int, stops: tuple[str, ...]) -> bool:
 
 
 def _top(probs: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
-    best = np.argpartition(-probs, k - 1)[:k] if k < len(probs) else np.arange(len(probs))
-    best = best[np.lexsort((best, -probs[best]))]                       # by prob, then lower id
+    """The k most likely ids with their probabilities: by probability, ties to the lower id."""
+    best = np.argsort(-probs, kind="stable")[:k]                        # stable: equal probs keep id order
     return tuple((int(i), float(probs[i])) for i in best)
 
 
@@ -381,12 +393,16 @@ def _cli(args) -> int:
     if not args.show_probs:
         out.write(args.prompt)
         out.flush()
-        for t in records:
-            out.write(t.text)
+        try:
+            for t in records:
+                out.write(t.text)
+                out.flush()
+        finally:
+            out.write("\n")  # the text's line ends, even when Ctrl+C cut it short
             out.flush()
-        out.write("\n")
         return 0
-    out.write(f"prompt: {args.prompt!r} ({len(_check_prompt(args.prompt, model, tokenizer))} tokens)\n")
+    n_prompt = len(_check_prompt(args.prompt, model, tokenizer))
+    out.write(f"prompt: {args.prompt!r} ({n_prompt} token{'s' if n_prompt != 1 else ''})\n")
     out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'prob':>7}  top alternatives\n")
     for t in records:
         # Pieces are already readable (escapes for bytes and control characters): quote, don't repr.

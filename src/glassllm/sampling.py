@@ -166,9 +166,10 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
         out[np.arange(len(z)), z.argmax(axis=-1)] = 1.0
         return out[0] if squeeze else out
 
-    # 1. softmax(logits / T) over the whole vocabulary. (z - peak) <= 0, so even
-    #    a tiny T gives exp(-huge) = 0, never an overflow.
-    probs = np.exp((z - peak) / t)                                      # (B, V)
+    # 1. softmax(logits / T) over the whole vocabulary. (z - peak) <= 0, so a tiny
+    #    T can only overflow toward -inf, and exp(-inf) = 0: the arg-max keeps all the mass.
+    with np.errstate(over="ignore"):
+        probs = np.exp((z - peak) / t)                                  # (B, V)
     probs /= probs.sum(axis=-1, keepdims=True)
     keep = probs > 0                                                     # (B, V)
 
@@ -185,7 +186,9 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
             order = np.argsort(-q, kind="stable")                        # most likely first; ties: lower id
             ranked = q[order]
             above = np.concatenate(([0.0], np.cumsum(ranked)[:-1]))     # mass ranked above each id
-            keep[b, ids[order[above >= p_top]]] = False                  # the top id (above = 0) stays
+            # A mass that reaches p up to rounding counts as reaching it: ten ids of 0.1 sum to
+            # 0.7999999999999999 after eight, and top_p = 0.8 means those eight.
+            keep[b, ids[order[above >= p_top - 1e-12]]] = False          # the top id (above = 0) stays
 
     # 4. Restrict to the survivors and renormalise over them only.
     out = np.where(keep, probs, 0.0)

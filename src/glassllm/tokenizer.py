@@ -266,12 +266,14 @@ def _is_path(item: str) -> bool:
 
 
 def _files(path) -> list[Path]:
-    """The files a path stands for: itself, or every *.txt below a folder (sorted)."""
+    """The files a path stands for: itself, or every *.txt below a folder (sorted), hidden files
+    and folders left out -- the same files ``glassllm train --data`` reads (:func:`glassllm.data.expand_paths`)."""
     p = Path(path)
     if p.is_file():
         return [p]
     if p.is_dir():
-        return sorted(f for f in p.rglob("*.txt") if f.is_file())
+        return sorted(f for f in p.rglob("*.txt")
+                      if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
     raise ValueError(f"no such file or folder: {str(path)!r}")
 
 

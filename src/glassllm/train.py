@@ -468,6 +468,9 @@ class Trainer:
         self.train_ids = token_ids(self.train_files, tokenizer, self.cache_dir, self.train_hashes)
         self.valid_ids = (token_ids(self.valid_files, tokenizer, self.cache_dir, self.valid_hashes)
                           if self.valid_files else None)
+        if self.valid_ids is not None and len(self.valid_ids) < 2:
+            raise ValueError(f"the held-out text is {len(self.valid_ids)} token long; evaluation needs at least 2 "
+                             f"(one to read, one to predict): give more --valid text")
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size,
                                      np.random.default_rng(data_seq), config.repeat_fraction, config.repeat_tokens)
         self.step = 0
@@ -640,8 +643,9 @@ class Trainer:
         meta = {
             "step": str(self.step), "steps": str(c.steps), "tokens_seen": str(self.tokens_seen),
             "seed": str(c.seed), "train_config": c.to_json(), "wall_time_s": f"{self.elapsed:.1f}",
-            "train_data_sha256": json.dumps({f.name: h for f, h in zip(self.train_files, self.train_hashes)}),
-            "valid_data_sha256": json.dumps({f.name: h for f, h in zip(self.valid_files, self.valid_hashes)}),
+            # Keyed by the whole path: two folders may both hold a train.txt.
+            "train_data_sha256": json.dumps({str(f): h for f, h in zip(self.train_files, self.train_hashes)}),
+            "valid_data_sha256": json.dumps({str(f): h for f, h in zip(self.valid_files, self.valid_hashes)}),
             "command": self.command,
         }
         if self.history:
@@ -821,7 +825,8 @@ def _train_cli(args) -> int:
                                  "a resumed run keeps its configuration")
         for flag, given, kept in (("--data", args.data, trainer.train_hashes),
                                   ("--valid", args.valid, trainer.valid_hashes)):
-            if given and text_sha256s(resolve_sources(given, args.cache_dir, progress=progress)) != kept:
+            cache = args.cache_dir or Path(args.out) / "cache"             # where the run's downloads went
+            if given and text_sha256s(resolve_sources(given, cache, progress=progress)) != kept:
                 raise ValueError(f"{flag} {' '.join(given)} is not the data the resumed run was trained on")
         trainer._log(f"resuming {args.out} at step {trainer.step} of {trainer.config.steps}")
     else:
@@ -874,15 +879,13 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trai
 
 @contextlib.contextmanager
 def _removed_if_nothing_written(folder):
-    """If the block fails and ``folder`` (made for it; None = keep anything) holds no file but its
-    ``.lock``, remove it: a refused run leaves no empty folder behind."""
+    """If the block fails, remove ``folder`` (made for this run; None = keep it): a run refused
+    before its first step leaves nothing behind -- at most a lock and a token cache it made."""
     try:
         yield
     except BaseException:
         if folder is not None:
-            files = [p for p in Path(folder).rglob("*") if not p.is_dir()]
-            if all(p == Path(folder) / ".lock" for p in files):
-                shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
         raise
 
 

@@ -143,7 +143,7 @@ def _save_state(out: Path, twin: Transformer, opt, step: int, c: TrainConfig, mc
     model_meta = {"step": str(step), "steps": str(c.steps), "seed": str(c.seed), "train_config": c.to_json(),
                   "tokens_seen": str(step * c.tokens_per_step), "wall_time_s": f"{elapsed:.1f}",
                   "trainer": "glassllm.torch.train_ddp", "command": command,
-                  "train_data_sha256": json.dumps({Path(f).name: h for f, h in zip(files, hashes)})}
+                  "train_data_sha256": json.dumps({str(Path(f).resolve()): h for f, h in zip(files, hashes)})}
     if history:
         model_meta["train_loss"] = repr(history[-1]["loss"])
     save_model(out / "model.safetensors", to_glassllm(twin, _NP_DTYPES[c.dtype]), tokenizer, model_meta)
