@@ -844,7 +844,7 @@ def _train_cli(args) -> int:
         model_config = ModelConfig(**model_opts)
         fresh = not Path(args.out).exists()
         lock = lock_run_folder(args.out)                               # held until this process ends
-        with _removed_if_nothing_written(args.out if fresh else None):
+        with _removed_on_failure(args.out if fresh else None):
             trainer = _new_trainer(args, config, model_config, tokenizer, progress)
         trainer._log(f"training {trainer.model.num_params():,} parameters on {len(trainer.train_ids):,} tokens "
                      f"for {config.steps} steps of {config.tokens_per_step:,} tokens -> {args.out}")
@@ -878,7 +878,7 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trai
 
 
 @contextlib.contextmanager
-def _removed_if_nothing_written(folder):
+def _removed_on_failure(folder):
     """If the block fails, remove ``folder`` (made for this run; None = keep it): a run refused
     before its first step leaves nothing behind -- at most a lock and a token cache it made."""
     try:
