@@ -544,3 +544,85 @@ def test_bad_input_names_the_value(call, error, match):
     with pytest.raises(error, match=match) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------
+# Edges a learner reaches: negative axes, a second backward, non-numbers
+# ----------------------------------------------------------------------------
+
+def test_transpose_with_negative_axes_has_the_inverse_permutation_as_gradient():
+    torch = pytest.importorskip("torch")
+    w = np.arange(24.0).reshape(2, 4, 3)
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 3, 4)), requires_grad=True)
+    (x.transpose(0, -1, -2) * w).sum().backward()
+    tx = torch.tensor(x.data, requires_grad=True)
+    (tx.permute(0, -1, -2) * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(x.grad, tx.grad.numpy())
+    with pytest.raises(ValueError, match="not a permutation"):
+        x.transpose(0, 1)
+
+
+def test_a_second_backward_through_a_freed_graph_is_an_error_not_a_silent_no_op():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2.0
+    h.sum().backward()
+    with pytest.raises(ValueError, match="already freed"):
+        (h * 3.0).sum().backward()
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(ValueError, match="already freed"):
+        y.backward()
+    np.testing.assert_array_equal(x.grad, [2 + 2, 2 + 4])              # the refused passes added nothing
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: Tensor(np.arange(6.0).reshape(2, 3)).sum(axis=2), ValueError, "axis 2 is out of range"),
+    (lambda: Tensor(np.arange(6.0).reshape(2, 3)).mean(axis=-3), ValueError, "axis -3 is out of range"),
+    (lambda: Tensor(None), TypeError, "a Tensor holds numbers"),
+    (lambda: Tensor("abc"), TypeError, "got a str"),
+    (lambda: Tensor([1.0, 2.0]) + None, TypeError, "got NoneType"),
+    (lambda: Tensor([1.0, 2.0]) * "2", TypeError, "got str"),
+    (lambda: ag.split(Tensor(np.arange(5.0)), [2, 2]), ValueError, "add up to the axis' size 5"),
+    (lambda: ag.embedding(Tensor(np.zeros((3, 2))), np.array([-1])), ValueError, "embedding id -1"),
+    (lambda: ag.cross_entropy(Tensor([[1, 2]]), np.array([0])), TypeError, "floating-point logits"),
+])
+def test_bad_arguments_are_named_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_zero_dim_and_integer_inputs_and_x_to_the_zero():
+    torch = pytest.importorskip("torch")
+    assert float(Tensor(3.0).sum(axis=0).data) == 3.0
+    np.testing.assert_allclose(ag.sigmoid(Tensor([1.0, 2.0]).sum()).data, torch.sigmoid(torch.tensor(3.0)).item(),
+                               rtol=1e-6)
+    np.testing.assert_allclose(ag.silu(Tensor([1, 2])).data,                # integers compute in float64
+                               torch.nn.functional.silu(torch.tensor([1.0, 2.0], dtype=torch.float64)).numpy(),
+                               rtol=1e-12)
+    z = Tensor(np.array([0.0, 1.0]), requires_grad=True)
+    (z ** 0).sum().backward()
+    np.testing.assert_array_equal(z.grad, [0.0, 0.0])                    # torch: [0, 0]; not 0 * 0**-1 = nan
+
+
+def test_a_leaf_gradient_keeps_the_leafs_dtype_however_it_is_reached():
+    x = Tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    c = Tensor(np.full(3, 2.0))                                          # float64
+    (x * c + x * c).sum().backward()
+    (x * c).sum().backward()
+    assert x.grad.dtype == np.float32 and x.grad.tolist() == [6.0, 6.0, 6.0]
+
+
+def test_clipping_a_nan_norm_spreads_it_as_pytorch_does():
+    torch = pytest.importorskip("torch")
+    from glassllm.optim import AdamW, clip_grad_norm
+
+    a, b = Tensor(np.ones(2), requires_grad=True), Tensor(np.ones(2), requires_grad=True)
+    a.grad, b.grad = np.array([np.nan, 1.0]), np.array([100.0, 100.0])
+    ta, tb = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    ta.grad, tb.grad = torch.tensor([float("nan"), 1.0]), torch.tensor([100.0, 100.0])
+    assert np.isnan(clip_grad_norm([a, b], 1.0)) and np.isnan(torch.nn.utils.clip_grad_norm_([ta, tb], 1.0).item())
+    assert np.isnan(b.grad).all() and torch.isnan(tb.grad).all()
+    p = Tensor(np.ones((2, 2)), requires_grad=True)
+    p.grad = np.ones(2)
+    with pytest.raises(ValueError, match=r"gradient of 'w' has shape \(2,\), the parameter \(2, 2\)"):
+        AdamW([("w", p)]).step()

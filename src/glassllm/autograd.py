@@ -25,6 +25,7 @@ G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
 
 from __future__ import annotations
 
+import builtins
 import math
 from contextlib import contextmanager
 
@@ -88,6 +89,7 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
         if isinstance(data, Tensor):
             data = data.data
+        given = type(data).__name__
         if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
             # Python numbers and lists become float32 (ints stay ints unless a
             # gradient is asked for); ndarrays and NumPy scalars keep their dtype.
@@ -96,6 +98,8 @@ class Tensor:
                 data = data.astype(np.float32)
         else:
             data = np.asarray(data, dtype=dtype)
+        if data.dtype.kind not in "biuf":
+            raise TypeError(f"a Tensor holds numbers, got a {given} (dtype {data.dtype})")
         if requires_grad and data.dtype.kind != "f":
             raise TypeError(f"only floating tensors can require grad, got dtype {data.dtype}")
         self.data = data
@@ -181,6 +185,9 @@ class Tensor:
                 if parent.requires_grad and id(parent) not in expanded_ids:
                     stack.append((parent, False))
 
+        if any(node._backward is _freed for node in order):
+            raise ValueError("backward() reached a tensor whose graph an earlier backward() already freed; "
+                             "run the forward again to back-propagate a second time")
         self.grad = grad if self.grad is None else self.grad + grad
         for node in reversed(order):
             if node._backward is None:
@@ -192,6 +199,8 @@ class Tensor:
                         continue
                     if parent.grad is not None:
                         parent.grad = parent.grad + pg
+                        if parent._backward is None and parent.grad.dtype != parent.dtype:
+                            parent.grad = parent.grad.astype(parent.dtype)  # a leaf's grad keeps its dtype
                     elif parent._backward is None:
                         # A leaf keeps its own writable copy in its own dtype: an op may
                         # hand the same array (or a read-only broadcast view) to several
@@ -201,7 +210,7 @@ class Tensor:
                         parent.grad = pg
             if not node._retain:
                 node.grad = None
-            node._parents, node._backward = (), None
+            node._parents, node._backward = (), _freed
 
     # -- operators ----------------------------------------------------------------
     def __add__(self, other): return add(self, other)
@@ -228,6 +237,11 @@ class Tensor:
     def softmax(self, axis=-1): return softmax(self, axis)
 
 
+def _freed(g):
+    """The backward of a node whose graph a backward pass has walked and freed (see Tensor.backward)."""
+    raise ValueError("this tensor's graph was freed by an earlier backward()")
+
+
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
     return Tensor(data, requires_grad=requires_grad, dtype=dtype)
 
@@ -239,6 +253,8 @@ def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
 def _as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"expected a number, an array or a Tensor, got {type(x).__name__}")
     dtype = like.dtype if like is not None and like.dtype.kind == "f" else None
     return Tensor(np.asarray(x, dtype=dtype) if dtype is not None else x)
 
@@ -383,6 +399,8 @@ def pow(a, exponent: float) -> Tensor:
     exponent = float(exponent)
 
     def backward(g):
+        if exponent == 0.0:                                              # d/dx x**0 = 0, also at x = 0
+            return (np.zeros_like(g),)
         return (g * exponent * a.data ** (exponent - 1.0),)
     return _make(a.data ** exponent, (a,), backward)
 
@@ -436,8 +454,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     # overflows to inf only where sigmoid(x) is below the smallest normal float
     # (x < -87 in float32, -708 in float64), and 1/inf = 0 there; everywhere else
     # every step is correctly rounded, so both tails keep full relative precision
-    # ((1 + tanh(x/2)) / 2 would round sigmoid(-40) to 0).
-    s = np.negative(x)
+    # ((1 + tanh(x/2)) / 2 would round sigmoid(-40) to 0). Integers become float64, as
+    # in exp; a 0-d input stays an array, so that the in-place steps have somewhere to write.
+    s = np.negative(x if x.dtype.kind == "f" else x.astype(np.float64))
+    if not isinstance(s, np.ndarray):                                   # NumPy hands a 0-d result back as a scalar
+        s = np.array(s)
     with np.errstate(over="ignore"):
         np.exp(s, out=s)
     s += 1.0
@@ -523,10 +544,16 @@ def _linear_stacked(x, weights) -> Tensor:
 
 
 def _norm_axis(axis, ndim):
+    """``axis`` (None, an int or a tuple, negative counting from the end) as a tuple of axes >= 0."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    return tuple(a % ndim for a in axes)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if ndim == 0 and all(a in (0, -1) for a in axes):
+        return ()                                                        # a 0-d tensor: nothing to reduce
+    for a in axes:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not -ndim <= a < ndim:
+            raise ValueError(f"axis {a!r} is out of range for {ndim} dimension(s): expected -{ndim} .. {ndim - 1}")
+    return tuple(int(a) % ndim for a in axes)
 
 
 def _sum_np(x: np.ndarray, axes: tuple, keepdims: bool) -> np.ndarray:
@@ -634,6 +661,8 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
         raise TypeError(f"cross_entropy targets must be integers, got dtype {targets.dtype}")
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets shape {targets.shape} does not match logits shape {logits.shape[:-1]} (without V)")
+    if logits.dtype.kind != "f":
+        raise TypeError(f"cross_entropy needs floating-point logits, got dtype {logits.dtype}")
     V = logits.shape[-1]
     z = logits.data.reshape(-1, V)                                      # (N, V)
     t = targets.reshape(-1)                                             # (N,)
@@ -676,8 +705,15 @@ def reshape(a, shape) -> Tensor:
 
 
 def transpose(a, axes=None) -> Tensor:
+    """Permute the axes (default: reverse them); ``axes`` is a full permutation, negative axes allowed."""
     a = _as_tensor(a)
-    axes = tuple(reversed(range(a.ndim))) if axes is None else tuple(axes)
+    if axes is None:
+        axes = tuple(reversed(range(a.ndim)))
+    else:
+        axes = tuple(axes)
+        if sorted(_norm_axis(axes, a.ndim)) != list(range(a.ndim)):
+            raise ValueError(f"transpose axes {axes} are not a permutation of the {a.ndim} axes of shape {a.shape}")
+        axes = _norm_axis(axes, a.ndim)                                  # the backward's argsort needs them >= 0
 
     def backward(g):
         return (g.transpose(np.argsort(axes)),)
@@ -706,7 +742,12 @@ def getitem(a, index) -> Tensor:
 def embedding(weight, ids) -> Tensor:
     """Rows of ``weight`` (V, C) picked by integer ``ids`` (...): (..., C)."""
     weight = _as_tensor(weight)
-    ids = np.asarray(ids)
+    ids = np.asarray(ids.data if isinstance(ids, Tensor) else ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"embedding ids must be integers, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
+        bad = ids[(ids < 0) | (ids >= weight.shape[0])].reshape(-1)[0]
+        raise ValueError(f"embedding id {bad} is out of range [0, {weight.shape[0]})")
     flat = ids.reshape(-1)
 
     def backward(g):
@@ -735,11 +776,13 @@ def split(a, sections, axis: int = 0) -> list[Tensor]:
     """Split into pieces of the given sizes (a list) or into ``sections`` equal parts (an int)."""
     a = _as_tensor(a)
     if isinstance(sections, int):
-        if a.shape[axis] % sections:
+        if sections < 1 or a.shape[axis] % sections:
             raise ValueError(f"cannot split axis of size {a.shape[axis]} into {sections} equal parts")
         sizes = [a.shape[axis] // sections] * sections
     else:
         sizes = list(sections)
+        if any(s < 0 for s in sizes) or builtins.sum(sizes) != a.shape[axis]:
+            raise ValueError(f"split sizes {sizes} must be >= 0 and add up to the axis' size {a.shape[axis]}")
     starts = np.concatenate([[0], np.cumsum(sizes)])
     pieces = []
     for lo, hi in zip(starts[:-1], starts[1:]):

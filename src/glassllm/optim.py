@@ -81,16 +81,19 @@ def global_norm(params) -> float:
     return math.sqrt(total)
 
 
-def clip_grad_norm(params, max_norm: float) -> float:
-    """Scale all gradients in place so their global L2 norm is at most ``max_norm``.
+def clip_grad_norm(params, max_norm: float, norm: float | None = None) -> float:
+    """Scale all gradients so their global L2 norm is at most ``max_norm`` (each ``.grad`` is replaced).
 
     Returns the norm *before* clipping. As in PyTorch, the factor is
-    ``min(1, max_norm / (norm + 1e-6))``.
+    ``min(1, max_norm / (norm + 1e-6))``; a NaN or infinite norm makes it NaN or 0, and the
+    gradients with it, as PyTorch's does (the training loop stops on a non-finite norm first).
+    ``norm``: the gradients' :func:`global_norm`, when the caller has it already.
     """
     params = list(params)
-    norm = global_norm(params)
-    coef = min(1.0, max_norm / (norm + 1e-6))
-    if coef < 1.0:
+    norm = global_norm(params) if norm is None else norm
+    coef = max_norm / (norm + 1e-6)
+    coef = coef if math.isnan(coef) else min(1.0, coef)                  # min(1, nan) would be 1
+    if not coef >= 1.0:
         for p in params:
             if p.grad is not None:
                 p.grad = p.grad * np.asarray(coef, dtype=p.grad.dtype)
@@ -146,6 +149,8 @@ class AdamW:
             g = p.grad
             if g is None:
                 continue
+            if g.shape != p.data.shape:
+                raise ValueError(f"AdamW: the gradient of {name!r} has shape {g.shape}, the parameter {p.data.shape}")
             dt = p.data.dtype
             m, v = self.m[name], self.v[name]
             if dt not in scratch:

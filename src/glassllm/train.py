@@ -282,12 +282,14 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
                              f"{_diagnosis(model, batches)}; lower --lr or check the data")
         total += value
     params = list(optimizer.params.values())
-    norm = clip_grad_norm(params, grad_clip) if grad_clip > 0 else global_norm(params)
-    if not math.isfinite(norm):
+    norm = global_norm(params)
+    if not math.isfinite(norm):                                          # named before clipping spreads it
         bad = next(name for name, p in optimizer.params.items()
                    if p.grad is not None and not np.all(np.isfinite(p.grad)))
         raise ValueError(f"step {step}: non-finite gradient in {bad}; {_diagnosis(model, batches)}; "
                          "lower --lr or --grad-clip")
+    if grad_clip > 0:
+        clip_grad_norm(params, grad_clip, norm)
     optimizer.lr = lr
     optimizer.step()
     return total * scale, norm
