@@ -710,10 +710,10 @@ def transpose(a, axes=None) -> Tensor:
     if axes is None:
         axes = tuple(reversed(range(a.ndim)))
     else:
-        axes = tuple(axes)
-        if sorted(_norm_axis(axes, a.ndim)) != list(range(a.ndim)):
-            raise ValueError(f"transpose axes {axes} are not a permutation of the {a.ndim} axes of shape {a.shape}")
-        axes = _norm_axis(axes, a.ndim)                                  # the backward's argsort needs them >= 0
+        given = tuple(axes)
+        axes = _norm_axis(given, a.ndim)                                 # the backward's argsort needs them >= 0
+        if len(axes) != a.ndim or len(set(axes)) != a.ndim:
+            raise ValueError(f"transpose axes {given} are not a permutation of the {a.ndim} axes of shape {a.shape}")
 
     def backward(g):
         return (g.transpose(np.argsort(axes)),)
