@@ -89,7 +89,7 @@ class Tensor:
     def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
         if isinstance(data, Tensor):
             data = data.data
-        given = type(data).__name__
+        given = data
         if dtype is None and not isinstance(data, (np.ndarray, np.generic)):
             # Python numbers and lists become float32 (ints stay ints unless a
             # gradient is asked for); ndarrays and NumPy scalars keep their dtype.
@@ -99,7 +99,7 @@ class Tensor:
         else:
             data = np.asarray(data, dtype=dtype)
         if data.dtype.kind not in "biuf":
-            raise TypeError(f"a Tensor holds numbers, got a {given} (dtype {data.dtype})")
+            raise TypeError(f"a Tensor holds numbers, got a {type(given).__name__} (dtype {data.dtype})")
         if requires_grad and data.dtype.kind != "f":
             raise TypeError(f"only floating tensors can require grad, got dtype {data.dtype}")
         self.data = data
@@ -548,6 +548,8 @@ def _norm_axis(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if ndim and all(type(a) is int and -ndim <= a < ndim for a in axes):  # the common case, checked quickly
+        return tuple(a % ndim for a in axes)
     if ndim == 0 and all(a in (0, -1) for a in axes):
         return ()                                                        # a 0-d tensor: nothing to reduce
     for a in axes:
@@ -711,13 +713,16 @@ def transpose(a, axes=None) -> Tensor:
         axes = tuple(reversed(range(a.ndim)))
     else:
         given = tuple(axes)
-        axes = _norm_axis(given, a.ndim)                                 # the backward's argsort needs them >= 0
-        if len(axes) != a.ndim or len(set(axes)) != a.ndim:
-            raise ValueError(f"transpose axes {given} are not a permutation of the {a.ndim} axes of shape {a.shape}")
+        # The backward's argsort needs axes >= 0; NumPy checks that they are a permutation.
+        axes = given if min(given, default=0) >= 0 else _norm_axis(given, a.ndim)
+    try:
+        out = a.data.transpose(axes)
+    except (ValueError, TypeError):
+        raise ValueError(f"transpose axes {axes} are not a permutation of the {a.ndim} axes of shape {a.shape}") from None
 
     def backward(g):
         return (g.transpose(np.argsort(axes)),)
-    return _make(a.data.transpose(axes), (a,), backward)
+    return _make(out, (a,), backward)
 
 
 def getitem(a, index) -> Tensor:
