@@ -347,3 +347,69 @@ def test_exported_file_offline(browser, inspector, parts, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "inspector-export.png"), full_page=True)
     page.close()
+
+
+# ----------------------------------------------------------------------------
+# What a learner does that the walk-through does not: fast clicks, dead ends, odd prompts
+# ----------------------------------------------------------------------------
+
+def _ready(page):
+    page.wait_for_function("() => window.glass && window.glass.ready === true")
+    idle(page)
+
+
+def test_fast_steps_never_run_past_the_text_and_failed_views_are_greyed_out(browser, server):
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url)
+    _ready(page)
+    page.evaluate("() => window.glass.run('The end.<|endoftext|>')")
+    idle(page)
+    for _ in range(6):                                                   # clicks faster than steps load
+        page.evaluate("() => document.getElementById('step').click()")
+    idle(page)
+    shown = int(page.get_attribute("#step-line", "data-step"))
+    assert page.evaluate("() => window.glass.state.step") == shown       # the state is the step on screen
+    if page.evaluate("() => window.glass.state.finished"):
+        assert page.is_disabled("#step")
+
+    # A view that fails (the gradient of the boolean mask, asked for through the API of the page):
+    # its heading says so and the previous heatmap is greyed out; the gradient button is disabled there.
+    page.evaluate("() => window.glass.reset()")
+    idle(page)
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2, grad: true})")
+    page.evaluate("() => window.glass.select({name: 'attn.mask'})")
+    idle(page)
+    assert "not shown" in page.inner_text("#view-name")
+    assert page.evaluate("() => document.getElementById('heatmap-wrap').classList.contains('stale')")
+    assert page.is_disabled("#showwhat button[data-grad='1']")
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', grad: false})")
+    idle(page)
+    assert not page.evaluate("() => document.getElementById('heatmap-wrap').classList.contains('stale')")
+
+    # Query head 3, then a snapshot without heads, then keys: the K/V head that query head 3 reads.
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', head: 3})")
+    page.evaluate("() => window.glass.select({name: 'resid_post'})")
+    page.evaluate("() => window.glass.select({name: 'attn.k'})")
+    idle(page)
+    assert page.evaluate("() => window.glass.state.head") == 3 * 2 // 4  # 4 query heads share 2 K/V heads
+    assert errors == []
+    page.close()
+
+
+def test_an_exported_prompt_with_crlf_opens_and_step_stops_at_the_last_saved(browser, inspector, tmp_path):
+    from glassllm.inspector import export_html
+
+    path = tmp_path / "crlf.html"
+    export_html(inspector, "Hello\r\nworld, once upon a time", path, steps=2)
+    page = browser.new_page()
+    page.goto(path.as_uri())
+    _ready(page)
+    assert "not included" not in page.inner_text("#view-error") or page.is_hidden("#view-error")
+    assert page.evaluate("() => window.glass.heatmap && window.glass.heatmap.rows") > 0
+    for _ in range(4):
+        page.evaluate("() => window.glass.step()")
+        idle(page)
+    assert page.evaluate("() => window.glass.state.step") <= 2 and page.is_disabled("#step")
+    page.close()

@@ -44,10 +44,15 @@
   };
 
   async function fetchJSON(method, url, body) {
-    const r = await fetch(url, {
-      method, headers: body ? {"Content-Type": "application/json"} : {},
-      body: body ? JSON.stringify(body) : undefined,
-    });
+    let r;
+    try {
+      r = await fetch(url, {
+        method, headers: body ? {"Content-Type": "application/json"} : {},
+        body: body ? JSON.stringify(body) : undefined,
+      });
+    } catch (e) {                      // no answer at all: the server process is gone
+      throw new Error("the inspector's server is not answering (was it stopped?); start `glassllm inspect` again");
+    }
     let data;
     try { data = await r.json(); } catch (e) { throw new Error(`server answered ${r.status} without JSON`); }
     if (!r.ok) throw new Error(data.error || `server answered ${r.status}`);
@@ -139,15 +144,17 @@
   // apart; moving from query head h to a key/value snapshot picks the K/V head that h reads
   // (h / n_rep, grouped-query attention), and moving back restores the query head.
   const heads = {H: 0, G: 0};
+  let lastAxis = "H";                // the head axis of the last snapshot that had one
   function normalizeSelection(sel) {
     const out = {...sel};
+    const before = names[state.name];
+    if (before && before.heads) heads[before.head_axis] = state.head;   // remember the head being left
     const meta = names[out.name ?? state.name];
     if (!meta || !meta.heads) return out;
-    const before = names[state.name];
     const axis = meta.head_axis;
     if (out.head !== undefined && out.head !== null) heads[axis] = out.head;
-    else if (before && before.head_axis === "H" && axis === "G") heads.G = Math.floor(state.head / info.model.n_heads * info.model.n_kv_heads);
-    else if (before && before.head_axis === axis) heads[axis] = state.head;
+    else if (axis === "G" && lastAxis === "H") heads.G = Math.floor(heads.H / info.model.n_heads * info.model.n_kv_heads);
+    lastAxis = axis;
     out.head = Math.min(heads[axis], meta.heads - 1);
     return out;
   }
@@ -237,7 +244,7 @@
     }
     $("showwhat").querySelectorAll("button").forEach((b) => {
       b.classList.toggle("on", (b.dataset.grad === "1") === state.grad);
-      b.disabled = b.dataset.grad === "1" && state.step > 0;
+      b.disabled = b.dataset.grad === "1" && (state.step > 0 || state.name.endsWith("attn.mask"));
     });
   }
 
@@ -251,7 +258,8 @@
   // ------------------------------------------------------------------ prompt and tokens
   let promptSeq = 0;
   async function runPrompt() {
-    const text = $("prompt").value;
+    // Offline, the one embedded prompt as it was (a textarea would turn its "\r\n" into "\n").
+    const text = embedded ? embedded.prompt : $("prompt").value;
     const seq = ++promptSeq;
     state.error = null;
     await busy(async () => {
@@ -261,12 +269,12 @@
         if (text !== state.prompt) state.target = null;
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
         state.finished = null;
-        $("prompt-note").textContent = `${t.ids.length} tokens` + (state.mode === "export"
+        $("prompt-note").textContent = `${t.ids.length} token${t.ids.length === 1 ? "" : "s"}` + (state.mode === "export"
           ? " · this offline page holds one prompt; run `glassllm inspect` to try others" : "");
         $("prompt-note").classList.remove("error");
       } catch (e) {
         if (seq !== promptSeq) return;
-        $("prompt-note").textContent = e.message;
+        $("prompt-note").textContent = e.message + " (the views below still show the previous prompt)";
         $("prompt-note").classList.add("error");
         return;
       }
@@ -310,10 +318,17 @@
         current.data = current.data || decode(r.values);
         current.mask = r.masked ? (current.mask || decode(r.masked)) : null;
         $("view-error").hidden = true;
+        $("heatmap-wrap").classList.remove("stale");
         draw();
       } catch (e) {
+        if (requestKey("snapshot", snapshotBody()) !== requestKey("snapshot", body)) return; // superseded
+        // The heatmap and its heading would describe the previous view: say so, and grey it out.
         $("view-error").textContent = e.message;
         $("view-error").hidden = false;
+        $("view-name").textContent = `${body.layer !== undefined ? `layers.${body.layer}.` : ""}${body.name}` +
+          `${body.head !== undefined ? ` · head ${body.head}` : ""}: not shown`;
+        $("view-shape").textContent = "the greyed-out heatmap below is the previous view";
+        $("heatmap-wrap").classList.add("stale");
       }
     });
   }
@@ -606,7 +621,7 @@
       `${r.row_pos[i]} ${JSON.stringify(r.rows[i])}` : `row ${i}`;
     let colTxt;
     if (r.col_kind === "token") colTxt = `key ${j} ${JSON.stringify(r.cols[j])}`;
-    else if (r.col_kind === "vocab") colTxt = `id ${j} ${JSON.stringify(info.vocab[j])}`;
+    else if (r.col_kind === "vocab") colTxt = `id ${j} "${info.vocab[j]}"`;
     else if (r.col_kind === "none") colTxt = "";
     else colTxt = `${r.axes[1]} ${j}`;
     const exact = String(v);
@@ -707,8 +722,8 @@
         state.finished = r.finished;
         const gen = state.ids.length;
         drawTokens(r.tokens, gen);
-        const where = r.step ? `after step ${r.step} (fed ${JSON.stringify(r.fed.piece)} at position ${r.position})`
-          : `after the prompt's last token ${JSON.stringify(r.tokens[r.position])} (position ${r.position})`;
+        const where = r.step ? `after step ${r.step} (fed "${r.fed.piece}" at position ${r.position})`
+          : `after the prompt's last token "${r.tokens[r.position]}" (position ${r.position})`;
         $("next-where").textContent = where;
         drawNext();
         drawStepLine(r);
@@ -800,7 +815,7 @@
     c.onmousemove = (ev) => {
       const r = Math.min(V - 1, Math.max(0, Math.floor(((ev.clientX - c.getBoundingClientRect().left) / W) * V)));
       const id = order[r];
-      $("all-readout").textContent = `rank ${r + 1}: id ${id} ${JSON.stringify(info.vocab[id])}  p = ${probs[id]}`;
+      $("all-readout").textContent = `rank ${r + 1}: id ${id} "${info.vocab[id]}"  p = ${probs[id]}`;
     };
     const list = $("all-list");
     list.replaceChildren();
@@ -816,19 +831,39 @@
   function drawStepLine(r) {
     const line = $("step-line");
     if (!r.step) line.textContent = `step 0: the prompt, n = ${r.m} queries, m = ${r.m} keys, nothing cached yet`;
-    else line.textContent = `step ${r.step}: fed ${JSON.stringify(r.fed.piece)} · n = 1 · m = ${r.m} ` +
+    else line.textContent = `step ${r.step}: fed "${r.fed.piece}" · n = 1 · m = ${r.m} ` +
       `(${r.m - 1} cached + 1 new)`;
     if (r.finished) line.textContent += ` · ${r.finished}`;
-    $("step").disabled = !!r.finished;
+    if (!r.finished && !nextStepSaved(r.step)) line.textContent += " · the last step saved in this offline page";
+    $("step").disabled = !canStep(r.step, r.finished);
     line.dataset.step = String(r.step); line.dataset.m = String(r.m);
   }
 
+  // Offline, a step exists only if the export saved it; live, until the text ends.
+  function nextStepSaved(step) {
+    return !embedded || !!embedded.responses[requestKey("next", {prompt: state.prompt, step: step + 1})];
+  }
+  function canStep(step, finished) { return !finished && nextStepSaved(step); }
+
+  let stepping = false;
   async function doStep() {
-    if (!state.prompt || state.finished) return;
+    if (!state.prompt || state.finished || stepping) return;      // one step at a time
+    stepping = true;
+    $("step").disabled = true;
+    const before = state.step;
     state.step += 1;
     if (state.grad) state.grad = false;
     syncControls();
-    await Promise.all([loadNext(), loadView()]);
+    try {
+      await Promise.all([loadNext(), loadView()]);
+    } finally {
+      stepping = false;
+    }
+    if (Number($("step-line").dataset.step) !== state.step) {      // the step did not load: stay where we were
+      state.step = before;
+      syncControls();
+      $("step").disabled = !canStep(state.step, state.finished);
+    }
   }
 
   async function resetSteps() {
@@ -885,12 +920,13 @@
     glass.next.before = before; glass.next.after = after;
     let kl = 0, maxd = 0;
     for (let i = 0; i < before.length; i++) {
-      if (before[i] > 0) kl += before[i] * (Math.log(before[i]) - Math.log(after[i] || 1e-300));
+      if (before[i] > 0) kl += after[i] > 0 ? before[i] * (Math.log(before[i]) - Math.log(after[i])) : Infinity;
       maxd = Math.max(maxd, Math.abs(before[i] - after[i]));
     }
     const tb = ranked(before, 1)[0], ta = ranked(after, 1)[0];
-    sum.textContent = `${ivText(state.intervention)}. Top choice ${JSON.stringify(info.vocab[tb])} → ` +
-      `${JSON.stringify(info.vocab[ta])}; largest change of a probability ${fmt(maxd)}; KL(before ‖ after) = ${fmt(kl)} nats.`;
+    sum.textContent = `${ivText(state.intervention)}. Top choice "${info.vocab[tb]}" → ` +
+      `"${info.vocab[ta]}"; largest change of a probability ${fmt(maxd)}; KL(before ‖ after) = ` +
+      (Number.isFinite(kl) ? `${fmt(kl)} nats.` : "∞ (the intervention gives 0 to a token that had mass).");
     sum.dataset.kl = String(kl); sum.dataset.maxdiff = String(maxd);
     const ids = [...new Set([...ranked(before, 6), ...ranked(after, 6)])];
     const pmax = Math.max(...ids.map((i) => Math.max(before[i], after[i]))) || 1;
