@@ -413,3 +413,22 @@ def test_an_exported_prompt_with_crlf_opens_and_step_stops_at_the_last_saved(bro
         idle(page)
     assert page.evaluate("() => window.glass.state.step") <= 2 and page.is_disabled("#step")
     page.close()
+
+
+def test_heads_and_layers_answer_the_keyboard(browser, server):
+    page = browser.new_page()
+    page.goto(server.url)
+    _ready(page)
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 0, head: 0})")
+    idle(page)
+    page.focus("#heads button[data-head='0']")
+    page.keyboard.press("ArrowRight")
+    idle(page)
+    assert page.evaluate("() => window.glass.state.head") == 1
+    focused = page.evaluate("() => [document.activeElement.dataset.head, document.activeElement.getAttribute('aria-checked')]")
+    assert focused == ["1", "true"]                                      # the rebuilt button keeps the focus
+    page.focus("#layers button[data-layer='0']")
+    page.keyboard.press("ArrowLeft")                                     # wraps to the last layer
+    idle(page)
+    assert page.evaluate("() => window.glass.state.layer") == len(page.query_selector_all("#layers button")) - 1
+    page.close()

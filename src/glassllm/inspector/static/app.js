@@ -191,6 +191,20 @@
     select.addEventListener("change", () => userSelect({name: select.value}));
     $("showwhat").querySelectorAll("button").forEach((b) =>
       b.addEventListener("click", () => userSelect({grad: b.dataset.grad === "1"})));
+    // Arrow keys move within a group of radio buttons (layer, head, value/gradient), as in any radio group.
+    for (const id of ["layers", "heads", "showwhat"]) {
+      $(id).addEventListener("keydown", (e) => {
+        const step = {ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1}[e.key];
+        if (!step) return;
+        const buttons = [...$(id).querySelectorAll("button:not([disabled])")];
+        const at = buttons.indexOf(document.activeElement);
+        if (at < 0 || buttons.length < 2) return;
+        e.preventDefault();
+        const next = buttons[(at + step + buttons.length) % buttons.length];
+        next.focus();
+        next.click();
+      });
+    }
 
     for (const id of ["iv-layer", "iv-head"]) $(id).replaceChildren();
     for (let l = 0; l < c.n_layers; l++) $("iv-layer").append(el("option", {value: String(l)}, String(l)));
@@ -222,18 +236,22 @@
     const meta = names[state.name];
     $("layers").querySelectorAll("button").forEach((b) => {
       b.classList.toggle("on", Number(b.dataset.layer) === state.layer);
+      b.setAttribute("aria-checked", String(Number(b.dataset.layer) === state.layer));
       b.disabled = !meta.in_layer;
     });
     $("snapshot").value = state.name;
     const heads = $("heads");
+    const hadFocus = heads.contains(document.activeElement);            // rebuilding must not drop the focus
     heads.replaceChildren();
     if (meta.heads) {
       for (let h = 0; h < meta.heads; h++) {
         const b = el("button", {type: "button", "data-head": String(h), role: "radio"}, String(h));
         b.classList.toggle("on", h === state.head);
+        b.setAttribute("aria-checked", String(h === state.head));
         b.addEventListener("click", () => userSelect({head: h}));
         heads.append(b);
       }
+      if (hadFocus) heads.querySelector(`button[data-head="${state.head}"]`).focus();
       const rep = c.n_heads / c.n_kv_heads;
       const kind = meta.head_axis === "H"
         ? `${c.n_heads} query heads · head ${state.head} reads key/value head ${Math.floor(state.head / rep)}`
@@ -244,6 +262,7 @@
     }
     $("showwhat").querySelectorAll("button").forEach((b) => {
       b.classList.toggle("on", (b.dataset.grad === "1") === state.grad);
+      b.setAttribute("aria-checked", String((b.dataset.grad === "1") === state.grad));
       b.disabled = b.dataset.grad === "1" && (state.step > 0 || state.name.endsWith("attn.mask"));
     });
   }
