@@ -432,3 +432,18 @@ def test_heads_and_layers_answer_the_keyboard(browser, server):
     idle(page)
     assert page.evaluate("() => window.glass.state.layer") == len(page.query_selector_all("#layers button")) - 1
     page.close()
+
+
+def test_every_vocabulary_column_can_be_hovered(browser, server, parts):
+    """probs is (n, 1,024): each id gets at least one pixel, so a sweep of the mouse reaches them all."""
+    page = browser.new_page()
+    page.goto(server.url)
+    _ready(page)
+    page.evaluate("() => window.glass.select({name: 'probs'})")
+    idle(page)
+    h = heatmap(page)
+    assert h["cols"] == parts[0].config.vocab_size
+    box = page.evaluate("""() => { const c = document.getElementById('heatmap');
+        return {w: c.getBoundingClientRect().width}; }""")
+    assert box["w"] >= h["cols"]                                          # one CSS pixel or more per id
+    page.close()

@@ -406,9 +406,10 @@
       ch = Math.max(1, Math.min(cw, 40, Math.floor(maxH / rows)));
       if (rows === 1) ch = Math.max(ch, 28);
     } else {
-      cw = Math.min(40, availW / cols);
+      // At least one pixel per column, so the mouse can reach every one of 1,024 vocabulary ids
+      // (a wider grid scrolls sideways in its frame).
+      cw = Math.floor(Math.max(1, Math.min(40, availW / cols)));
       ch = Math.max(2, Math.min(26, Math.floor(maxH / rows)));
-      if (cw >= 1) cw = Math.floor(cw);
     }
     const gridW = cw * cols, gridH = ch * rows;
     const cssW = rowLabelW + gridW + rightW + 8, cssH = topH + gridH + bottomH;
