@@ -76,6 +76,12 @@ def no_grad():
 class Tensor:
     """An ndarray plus the bookkeeping reverse-mode autodiff needs.
 
+    ``Tensor(array)`` shares the array's memory (an optimizer step then updates
+    it in place). Changing ``.data`` in place between a forward and its
+    backward is not detected: the backward reads the values as they are by then
+    (PyTorch counts versions and raises). Change weights between steps, not
+    inside one.
+
     >>> x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     >>> y = (x * x).sum()
     >>> y.backward()
