@@ -653,7 +653,8 @@ def _cli_import(args) -> int:
     c = model.config
     print(f"wrote {args.out}: {model.num_params():,} {np.dtype(model.dtype).name} parameters, "
           f"vocab {c.vocab_size}, width {c.dim}, "
-          f"{c.n_layers} layers, {c.n_heads} query heads / {c.n_kv_heads} key-value heads")
+          f"{c.n_layers} layer{'s' if c.n_layers != 1 else ''}, {c.n_heads} query heads / "
+          f"{c.n_kv_heads} key-value head{'s' if c.n_kv_heads != 1 else ''}")
     if not np.array_equal(perm, np.arange(len(perm))):
         print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")
     return 0
