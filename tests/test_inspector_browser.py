@@ -447,3 +447,15 @@ def test_every_vocabulary_column_can_be_hovered(browser, server, parts):
         return {w: c.getBoundingClientRect().width}; }""")
     assert box["w"] >= h["cols"]                                          # one CSS pixel or more per id
     page.close()
+
+
+def test_a_candidate_can_be_picked_from_the_keyboard(browser, server):
+    page = browser.new_page()
+    page.goto(server.url)
+    _ready(page)
+    second = page.get_attribute("#bars li.bar:nth-child(2)", "data-id")
+    page.focus("#bars li.bar:nth-child(2)")
+    page.keyboard.press("Enter")
+    idle(page)
+    assert page.evaluate("() => [window.glass.state.grad, window.glass.state.target]") == [True, int(second)]
+    page.close()

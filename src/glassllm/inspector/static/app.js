@@ -792,7 +792,15 @@
       li.querySelector(".track").append(fill);
       if (state.mode === "server" && !state.step) {
         li.classList.add("clickable");
-        li.addEventListener("click", () => { state.target = id; userSelect({grad: true}); });
+        const pick = () => { state.target = id; userSelect({grad: true}); };
+        li.addEventListener("click", pick);
+        // From the keyboard too: Tab to a candidate, Enter or Space picks it as the gradient's target.
+        li.tabIndex = 0;
+        li.setAttribute("role", "button");
+        li.setAttribute("aria-label", `gradient of the loss of ${show(info.vocab[id])}, p = ${fmt(probs[id])}`);
+        li.addEventListener("keydown", (e) => {
+          if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); }
+        });
       }
       bars.append(li);
     }
