@@ -167,6 +167,12 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
     atomic_write(path, save(tensors, metadata=meta))
 
 
+def starts_like_safetensors(head: bytes) -> bool:
+    """Do these first 9 bytes open a safetensors file: a plausible header length (8 bytes,
+    little-endian), then the header's ``{``?"""
+    return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
+
+
 def read_header(path) -> tuple[dict, dict[str, str]]:
     """Read and validate a safetensors header without reading any tensor data.
 
@@ -183,7 +189,7 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
         if len(head) < 8:
             raise ValueError(f"{str(path)!r} is not a glassllm model file: only {size} bytes long")
         n = int.from_bytes(head, "little")
-        if 2 <= n <= MAX_HEADER_BYTES and 8 + n > size and f.read(1) == b"{":
+        if 8 + n > size and starts_like_safetensors(head + f.read(1)):
             raise ValueError(f"{str(path)!r} is truncated: its safetensors header alone claims {n} bytes, "
                              f"and the whole file has {size}")
         if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:

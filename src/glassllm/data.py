@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import atomic_path, make_folder
+from .tokenizer import folder_texts
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
@@ -66,8 +67,7 @@ def expand_paths(paths) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.txt")
-                           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            found = folder_texts(path)
             if not found:
                 raise ValueError(f"data folder {str(path)!r} holds no .txt files")
             files.extend(found)

@@ -205,7 +205,7 @@ class FastDecoder:
         HD, KD = H * D, (H + G) * D
         start = cache.start
         m = start + 1
-        rot = (self.rot if m <= len(self.rot) else self._rotations(m))[start]  # (D, D)
+        rot = self._rotations(m)[start]                                     # (D, D)
         x = self.embed[ids]                                                 # (B, C), a copy: updated in place
         for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):
             qkv = self._rms(x) @ wqkv                                       # (B, (H+2G)D)

@@ -265,15 +265,20 @@ def _is_path(item: str) -> bool:
     return ("/" in item or os.sep in item) and os.path.exists(item)
 
 
+def folder_texts(folder: Path) -> list[Path]:
+    """Every *.txt file below ``folder`` (sorted), hidden files and folders left out: the files a
+    folder stands for, to the tokenizer here and to ``glassllm train --data`` (:func:`glassllm.data.expand_paths`)."""
+    return sorted(f for f in folder.rglob("*.txt")
+                  if f.is_file() and not any(part.startswith(".") for part in f.relative_to(folder).parts))
+
+
 def _files(path) -> list[Path]:
-    """The files a path stands for: itself, or every *.txt below a folder (sorted), hidden files
-    and folders left out -- the same files ``glassllm train --data`` reads (:func:`glassllm.data.expand_paths`)."""
+    """The files a path stands for: itself, or :func:`folder_texts` of a folder."""
     p = Path(path)
     if p.is_file():
         return [p]
     if p.is_dir():
-        return sorted(f for f in p.rglob("*.txt")
-                      if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        return folder_texts(p)
     raise ValueError(f"no such file or folder: {str(path)!r}")
 
 
@@ -864,9 +869,8 @@ def _cli_tokenizer(path) -> Tokenizer:
             head = f.read(9)
     except OSError as e:
         raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    # A safetensors file starts with its header's length (8 bytes, little-endian) and then "{";
-    # anything else is read as a tokenizer file, which names its own problems.
-    if not (len(head) == 9 and head[8:] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= (16 << 20)):
+    # Anything but a model file is read as a tokenizer file, which names its own problems.
+    if not checkpoint.starts_like_safetensors(head):
         return Tokenizer.load(path)
     _, meta = checkpoint.read_header(path)
     try:
