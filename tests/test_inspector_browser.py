@@ -459,3 +459,39 @@ def test_a_candidate_can_be_picked_from_the_keyboard(browser, server):
     idle(page)
     assert page.evaluate("() => [window.glass.state.grad, window.glass.state.target]") == [True, int(second)]
     page.close()
+
+
+def test_heatmap_cells_can_be_read_from_the_keyboard(browser, server):
+    """Tab to the heatmap, then the arrow keys walk its cells; each shows the exact value the mouse would."""
+    page = browser.new_page()
+    page.goto(server.url)
+    _ready(page)
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2})")
+    idle(page)
+    h = heatmap(page)
+    rows, cols = h["rows"], h["cols"]
+    values = np.array(h["values"]).reshape(rows, cols)
+
+    def shown():
+        ro = page.locator("#readout")
+        return int(ro.get_attribute("data-row")), int(ro.get_attribute("data-col")), ro.get_attribute("data-value")
+
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowDown")                                      # the first key shows cell (0, 0)
+    assert shown()[:2] == (0, 0) and page.locator("#tooltip").is_visible()
+    for key, (i, j) in [("ArrowDown", (1, 0)), ("ArrowRight", (1, 1)), ("ArrowRight", (1, 2)),
+                        ("ArrowLeft", (1, 1)), ("ArrowUp", (0, 1)), ("ArrowUp", (0, 1)),     # stops at the edge
+                        ("PageDown", (rows - 1, 1)), ("End", (rows - 1, cols - 1)),
+                        ("ArrowRight", (rows - 1, cols - 1)), ("Home", (rows - 1, 0))]:
+        page.keyboard.press(key)
+        i_, j_, value = shown()
+        assert (i_, j_) == (i, j), key
+        assert float(value) == values[i, j]                               # the exact number, as hovering gives
+    page.keyboard.press("PageUp")
+    page.keyboard.press("ArrowRight")                                     # (0, 1): key 1 is query 0's future
+    assert shown()[:2] == (0, 1) and page.locator("#readout").inner_text().endswith("(masked)")
+    page.keyboard.press("ArrowLeft")
+    assert shown()[:2] == (0, 0) and not page.locator("#readout").inner_text().endswith("(masked)")
+    page.keyboard.press("Escape")
+    assert not page.locator("#tooltip").is_visible()
+    page.close()

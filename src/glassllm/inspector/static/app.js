@@ -223,7 +223,9 @@
     });
     const canvas = $("heatmap");
     canvas.addEventListener("mousemove", onHover);
-    canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; $("cell-outline").hidden = true; });
+    canvas.addEventListener("mouseleave", hideCell);
+    canvas.addEventListener("keydown", onCellKey);   // the canvas takes the focus (tabindex 0): arrows walk its cells
+    canvas.addEventListener("blur", hideCell);
     // Redraw when the width changes (the layout depends on it), not on every height change.
     let width = window.innerWidth;
     window.addEventListener("resize", () => {
@@ -388,9 +390,10 @@
 
   function draw() {
     const t0 = performance.now();
-    $("cell-outline").hidden = true;
+    hideCell();
     const r = current, data = r.data, mask = r.mask;
     const [rows, cols] = r.shape;
+    if (!geom || geom.rows !== rows || geom.cols !== cols) cursor = null;
     const canvas = $("heatmap");
     const wrap = $("heatmap-wrap");
     const W = Math.max(320, wrap.clientWidth - 2);
@@ -622,9 +625,17 @@
     } else {
       out.push(`Rows are positions (one per token), columns are the coordinates of the vector at that position. ` +
         "A feature index has no meaning by itself: there is no reason feature 17 should mean anything a person could name.");
-      if (!r.grad) out.push("The colour scale is symmetric around 0 for signed values; hover a cell for its exact value.");
+      if (!r.grad) out.push("The colour scale is symmetric around 0 for signed values; hover a cell, or move to it with the arrow keys, for its exact value.");
     }
     return out;
+  }
+
+  // The cell last shown, {i, j}: where the arrow keys move from. Forgotten when the view changes shape.
+  let cursor = null;
+
+  function hideCell() {
+    $("tooltip").hidden = true;
+    $("cell-outline").hidden = true;
   }
 
   function onHover(ev) {
@@ -632,8 +643,42 @@
     const b = $("heatmap").getBoundingClientRect();
     const x = ev.clientX - b.left - geom.x0, y = ev.clientY - b.top - geom.y0;
     const j = Math.floor(x / geom.cw), i = Math.floor(y / geom.ch);
-    const tip = $("tooltip");
-    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { tip.hidden = true; $("cell-outline").hidden = true; return; }
+    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { hideCell(); return; }
+    showCell(i, j, ev.clientX, ev.clientY);
+  }
+
+  // With the heatmap focused: arrows move one cell, Home / End go to the row's first / last cell,
+  // Page Up / Page Down to the column's first / last; Escape hides the value. The first key shows cell (0, 0).
+  function onCellKey(ev) {
+    if (!geom || !current) return;
+    if (ev.key === "Escape") { hideCell(); return; }
+    const last = {i: geom.rows - 1, j: geom.cols - 1};
+    const at = cursor || {i: 0, j: 0};
+    const moves = {
+      ArrowRight: {i: at.i, j: at.j + 1}, ArrowLeft: {i: at.i, j: at.j - 1},
+      ArrowDown: {i: at.i + 1, j: at.j}, ArrowUp: {i: at.i - 1, j: at.j},
+      Home: {i: at.i, j: 0}, End: {i: at.i, j: last.j}, PageUp: {i: 0, j: at.j}, PageDown: {i: last.i, j: at.j},
+    };
+    let to = moves[ev.key];
+    if (!to) return;
+    ev.preventDefault();
+    if (!cursor) to = at;                                                 // the first key lands on (0, 0)
+    const i = Math.min(Math.max(to.i, 0), last.i), j = Math.min(Math.max(to.j, 0), last.j);
+    const b = $("heatmap").getBoundingClientRect();
+    const centre = glass.heatmap.cellCenter(i, j);
+    showCell(i, j, b.left + centre.x, b.top + centre.y);
+    // A wide grid scrolls sideways in its frame: keep the cell in sight.
+    const wrap = $("heatmap-wrap"), left = geom.x0 + j * geom.cw;
+    if (left < wrap.scrollLeft || left + geom.cw > wrap.scrollLeft + wrap.clientWidth) {
+      wrap.scrollLeft = Math.max(0, left - wrap.clientWidth / 2);
+      showCell(i, j, $("heatmap").getBoundingClientRect().left + centre.x, b.top + centre.y);
+    }
+  }
+
+  // Show cell (i, j)'s exact value: tooltip next to the viewport point (cx, cy), outline, and the readout line
+  // (a live region, so a screen reader announces it).
+  function showCell(i, j, cx, cy) {
+    cursor = {i, j};
     const r = current;
     const v = r.data[i * geom.cols + j];
     const masked = r.mask ? !!r.mask[i * geom.cols + j] : false;
@@ -645,6 +690,7 @@
     else if (r.col_kind === "none") colTxt = "";
     else colTxt = `${r.axes[1]} ${j}`;
     const exact = String(v);
+    const tip = $("tooltip");
     tip.replaceChildren(
       el("div", {class: "small muted"}, colTxt ? `${rowTxt} → ${colTxt}` : rowTxt),
       el("div", {class: "mono big"}, exact),
@@ -653,9 +699,9 @@
     tip.dataset.row = String(i); tip.dataset.col = String(j); tip.dataset.value = exact;
     tip.hidden = false;
     // Document coordinates: the tooltip stays by its cell when the page scrolls.
-    let tx = ev.pageX + 16, ty = ev.pageY + 16;
-    if (ev.clientX + 306 > window.innerWidth) tx = ev.pageX - 300;
-    if (ev.clientY + 106 > window.innerHeight) ty = ev.pageY - 96;
+    let tx = cx + window.scrollX + 16, ty = cy + window.scrollY + 16;
+    if (cx + 306 > window.innerWidth) tx = cx + window.scrollX - 300;
+    if (cy + 106 > window.innerHeight) ty = cy + window.scrollY - 96;
     tip.style.left = tx + "px"; tip.style.top = ty + "px";
     const box = $("cell-outline"), c = $("heatmap");
     box.style.left = c.offsetLeft + geom.x0 + j * geom.cw - 1 + "px";
