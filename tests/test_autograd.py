@@ -120,6 +120,8 @@ CASES = [
     Case("pow2", lambda a: a ** 2, lambda T, a: a ** 2, _n((3, 3))),
     Case("pow3", lambda a: ag.pow(a, 3), lambda T, a: a ** 3, _n((4,))),
     Case("pow_frac", lambda a: a ** -1.5, lambda T, a: a ** -1.5, _n((2, 3), lo=0.5)),
+    Case("rpow_base2", lambda a: 2 ** a, lambda T, a: 2 ** a, _n((2, 3))),
+    Case("rpow_base_half", lambda a: ag.rpow(0.5, a) * a, lambda T, a: 0.5 ** a * a, _n((4,))),
     Case("exp", ag.exp, lambda T, a: a.exp(), _n((2, 4))),
     Case("log", ag.log, lambda T, a: a.log(), _n((2, 4), lo=0.3)),
     Case("sqrt", ag.sqrt, lambda T, a: a.sqrt(), _n((2, 4), lo=0.3)),
@@ -196,7 +198,7 @@ CASES = [
 
 # Every primitive the module exports must appear in the table (softmax_np is
 # NumPy-only and tested below; tensor is the constructor).
-_COVERED_BY = {"add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp", "log", "sqrt",
+_COVERED_BY = {"add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum", "mean", "exp", "log", "sqrt",
                "rsqrt", "sigmoid", "silu", "softmax", "masked_softmax", "log_softmax", "cross_entropy", "reshape", "transpose",
                "getitem", "embedding", "concatenate", "split", "repeat_interleave", "masked_fill", "where",
                "linear", "rms_norm", "rope", "attention", "swiglu"}
@@ -534,6 +536,9 @@ def test_retain_grad_keeps_intermediate_gradient():
     (lambda: ag.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, 1, 2])), ValueError, r"\(3,\).*\(2,\)"),
     (lambda: ag.matmul(Tensor(np.zeros(3)), Tensor(np.zeros((3, 2)))), ValueError, r"\(3,\)"),
     (lambda: ag.pow(Tensor(np.ones(2)), Tensor(np.ones(2))), TypeError, "scalar exponent"),
+    (lambda: ag.rpow(Tensor(np.ones(2)), Tensor(np.ones(2))), TypeError, "scalar base.*Tensor"),
+    (lambda: "2" ** Tensor(np.ones(2)), TypeError, "scalar base.*str"),
+    (lambda: np.exp(Tensor(np.ones(2), requires_grad=True)), TypeError, "requires grad.*drop its gradient"),
     (lambda: ag.masked_fill(Tensor(np.ones(2)), np.array([1, 0]), 0.0), TypeError, "bool mask"),
     (lambda: ag.split(Tensor(np.ones(5)), 2), ValueError, "size 5 into 2"),
     (lambda: Tensor(np.array([1, 2]), requires_grad=True, dtype=np.int64), TypeError, "int64"),
@@ -626,3 +631,34 @@ def test_clipping_a_nan_norm_spreads_it_as_pytorch_does():
     p.grad = np.ones(2)
     with pytest.raises(ValueError, match=r"gradient of 'w' has shape \(2,\), the parameter \(2, 2\)"):
         AdamW([("w", p)]).step()
+
+
+@pytest.mark.parametrize("base", [0.0, -2.0])
+def test_rpow_edge_bases_match_torch(base):
+    """0 ** a and (-2) ** a, values and gradients, where they are inf, 0, NaN or exact (PyTorch's rules)."""
+    torch = pytest.importorskip("torch")
+    a = np.array([-1.5, -1.0, 0.0, 0.5, 2.0])
+    t = Tensor(a, requires_grad=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = base ** t
+    y.backward(np.ones_like(a))
+    tt = torch.tensor(a, requires_grad=True)
+    yy = base ** tt
+    yy.backward(torch.ones_like(tt))
+    np.testing.assert_array_equal(y.data, yy.detach().numpy())
+    np.testing.assert_array_equal(t.grad, tt.grad.numpy())
+
+
+def test_numpy_sees_a_tensor_outside_any_graph_as_its_numbers():
+    t = Tensor(np.arange(3.0, dtype=np.float32))
+    assert np.asarray(t) is t.data                                       # no copy unless asked
+    np.testing.assert_array_equal(np.exp(t), np.exp(t.data))
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    assert np.array(t) is not t.data                                     # np.array copies
+    with pytest.raises(ValueError, match="float64 without a copy"):
+        np.asarray(t, dtype=np.float64, copy=False)
+    # Arithmetic with an ndarray on the left still builds the graph.
+    w = Tensor(np.ones(3), requires_grad=True)
+    out = (np.arange(3.0) * w).sum()
+    out.backward()
+    np.testing.assert_array_equal(w.grad, np.arange(3.0))

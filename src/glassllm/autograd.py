@@ -38,7 +38,7 @@ keep_freed_memory()
 
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "softmax_np",
-    "add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
+    "add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum", "mean", "exp",
     "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "masked_softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
     "concatenate", "split", "repeat_interleave", "masked_fill", "where",
@@ -136,6 +136,23 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         return self.data
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(t)``: the numbers of a tensor outside any graph.
+
+        A tensor that requires grad refuses, as in PyTorch: a NumPy function
+        would return a plain array and silently cut the gradient's path. Use
+        the op of this module (``t.exp()``, ``autograd.exp(t)``) to stay in the
+        graph, or ``t.data`` to take the numbers on purpose.
+        """
+        if self.requires_grad:
+            raise TypeError("a NumPy function got a Tensor that requires grad, which would drop its gradient: "
+                            "use glassllm.autograd's op instead, or .data for the numbers")
+        if copy is False and dtype is not None and np.dtype(dtype) != self.data.dtype:
+            raise ValueError(f"np.asarray(copy=False) cannot give dtype {np.dtype(dtype)} without a copy "
+                             f"of this {self.data.dtype} tensor")
+        out = self.data if dtype is None else self.data.astype(dtype, copy=False)
+        return out.copy() if copy else out
+
     def item(self) -> float:
         return self.data.item()
 
@@ -229,6 +246,7 @@ class Tensor:
     def __rtruediv__(self, other): return div(other, self)
     def __neg__(self): return neg(self)
     def __pow__(self, exponent): return pow(self, exponent)
+    def __rpow__(self, base): return rpow(base, self)
     def __matmul__(self, other): return matmul(self, other)
     def __rmatmul__(self, other): return matmul(other, self)
     def __getitem__(self, index): return getitem(self, index)
@@ -409,6 +427,27 @@ def pow(a, exponent: float) -> Tensor:
             return (np.zeros_like(g),)
         return (g * exponent * a.data ** (exponent - 1.0),)
     return _make(a.data ** exponent, (a,), backward)
+
+
+def rpow(base: float, a) -> Tensor:
+    """``base ** a`` for a constant (non-tensor) base: d/da = base ** a * ln(base).
+
+    A zero base gives a zero gradient where ``a >= 0`` (where 0 ** a is flat or
+    jumps, as PyTorch defines it); a negative base gives NaN where ``a`` is not
+    an integer, in the value and in the gradient.
+    """
+    a = _as_tensor(a)
+    if isinstance(base, Tensor) or not np.isscalar(base) or isinstance(base, (str, bytes, bool)):
+        raise TypeError(f"rpow takes a scalar base, got {type(base).__name__}")
+    base = float(base)
+    out = np.power(a.dtype.type(base), a.data) if a.dtype.kind == "f" else np.power(base, a.data)
+
+    def backward(g):
+        if base == 0.0:                                                  # out * ln 0 = out * -inf, where a < 0
+            with np.errstate(invalid="ignore"):                          # (0 * inf in the branch not taken)
+                return (np.where(a.data >= 0, 0.0, g * -np.inf).astype(g.dtype),)
+        return (g * out * g.dtype.type(np.log(base) if base > 0 else np.nan),)
+    return _make(out, (a,), backward)
 
 
 def exp(a) -> Tensor:
