@@ -408,6 +408,33 @@ def test_a_body_shorter_than_its_content_length_gets_400_not_a_hung_connection(i
         s.stop()
 
 
+def test_a_client_leaving_mid_body_is_one_log_line_not_a_traceback(inspector, caplog):
+    """A real socket: the client declares 100 bytes, sends 10 and closes; the server logs one line, raises nothing."""
+    import logging
+    import socket
+    import time
+
+    from glassllm.inspector import server as srv
+
+    s = srv.Server(create_app(inspector, prompt=PROMPT), "127.0.0.1", 0).start()
+    try:
+        with caplog.at_level(logging.INFO):
+            with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+                c.sendall(b"POST /api/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100\r\n\r\n{\"prompt\":")
+                c.shutdown(socket.SHUT_WR)
+                c.recv(65536)                                # the server may answer or just close
+            deadline = time.monotonic() + 5
+            while not any("left before sending" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+                time.sleep(0.05)
+        assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+        r = TestClient(create_app(inspector), base_url="http://127.0.0.1").post("/api/tokens", json={"prompt": "hi"})
+        assert r.status_code == 200
+    finally:
+        s.stop()
+
+
 def test_random_bodies_never_give_500(client):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies

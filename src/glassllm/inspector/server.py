@@ -36,6 +36,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .data import Inspector
 from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
@@ -143,6 +144,10 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
             except asyncio.TimeoutError:
                 return _error(400, f"request body incomplete: {length} bytes declared, not all sent within "
                                    f"{BODY_TIMEOUT_S:g} s")
+            except ClientDisconnect:  # the client left mid-body: nobody is there to read an answer
+                log.info("inspector: a client left before sending the %s bytes it declared for %s",
+                         length, request.url.path[:100])
+                return _error(400, f"request body incomplete: {length} bytes declared, the client left")
         response = await call_next(request)
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"
