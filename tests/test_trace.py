@@ -184,6 +184,22 @@ def test_full_trace_records_exactly_the_registry_uncached_and_cached(default_mod
     assert t.trace.tokens.tolist() == tokens_for(DEFAULT, 5).tolist() + [7, 9]
 
 
+def test_the_docs_command_rewrites_only_the_table(tmp_path, capsys):
+    from glassllm.trace.__main__ import main
+
+    page = tmp_path / "snapshots.md"
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(tr.DOC_BEGIN, 1)
+    page.write_text(head + tr.DOC_BEGIN + "\nstale\n" + tr.DOC_END + rest.split(tr.DOC_END, 1)[1], encoding="utf-8")
+    assert main([str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == text
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and "FILE" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.md")]) == 2
+    assert "missing.md" in capsys.readouterr().err
+
+
 def test_the_docs_table_matches_the_registry():
     text = DOC.read_text(encoding="utf-8")
     block = text.split(tr.DOC_BEGIN, 1)[1].split(tr.DOC_END, 1)[0]

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from .registry import write_snapshot_doc
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m glassllm.trace docs/snapshots.md", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="python -m glassllm.trace",
+        description="Rewrite the generated snapshot table of a Markdown page (docs/snapshots.md) "
+                    "from the tracer's registry; the rest of the page is kept.")
+    parser.add_argument("page", metavar="FILE", help="the Markdown page holding the table, e.g. docs/snapshots.md")
+    args = parser.parse_args(argv)
     try:
-        write_snapshot_doc(argv[0])
+        write_snapshot_doc(args.page)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"python -m glassllm.trace: error: {e}", file=sys.stderr)
         return 2
     return 0
 
