@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -236,9 +237,13 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
             elapsed, history = float(meta["elapsed_s"]), json.loads(meta["history"])
         net = twin
         if world.distributed:
+            # The buffers (RoPE tables) are the same on every rank: no need to sync them at each forward.
+            # torch 2.13 renamed the switch (broadcast_buffers is deprecated and warns on every rank).
+            params = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+            no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in params
+                       else {"broadcast_buffers": False})
             net = torch.nn.parallel.DistributedDataParallel(
-                twin, device_ids=[world.device.index] if world.device.type == "cuda" else None,
-                broadcast_buffers=False)
+                twin, device_ids=[world.device.index] if world.device.type == "cuda" else None, **no_sync)
 
         # The loop.
         stop = config.steps if until is None else min(int(until), config.steps)
