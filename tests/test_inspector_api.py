@@ -511,7 +511,9 @@ def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
     assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(out), "--steps", "1"]) == 0
     assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
     for argv, message in [
-        (["inspect", "", "--model", str(model_file), "--html", str(out)], "PROMPT is empty"),
+        (["inspect", "", "--model", str(model_file), "--html", str(out)], "prompt is empty"),
+        (["inspect", "x", "--model", str(model_file), "--html", str(out), "--steps", "3", "--max-new-tokens", "2"],
+         "--steps must be in [0, 2] (at most --max-new-tokens), got 3"),
         (["inspect", "x", "--model", str(tmp_path / "missing.safetensors")], "does not exist"),
         (["inspect", "x", "--model", str(model_file), "--port", "70000"], "--port"),
         (["inspect", "x", "--model", str(model_file), "--max-cells", "0"], "--max-cells"),

@@ -468,7 +468,11 @@ def test_cli_trains_and_shows(tmp_path, capsys, stories):
     assert main(["tokenize", "--tokenizer", str(out), "Kato rimo!<|endoftext|>"]) == 0
     lines = capsys.readouterr().out.splitlines()
     ids = tok.encode("Kato rimo!<|endoftext|>", allowed_special="all")
-    assert [int(line.split()[0]) for line in lines[:-1]] == ids and lines[-2].endswith(EOT)
+    assert [int(line.split()[0]) for line in lines[:-1]] == ids and lines[-2].endswith(f"'{EOT}'")
+    assert [line.split("  ", 1)[1] for line in lines[:-1]] == [f"'{tok.piece(i)}'" for i in ids]  # a space shows
+    assert lines[-1].startswith(f"{len(ids)} tokens for 23 bytes")
+    assert main(["tokenize", "--tokenizer", str(out), "K"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("1 token for 1 byte (")
     assert main(["tokenize", "--tokenizer", str(tmp_path / "missing.json"), "x"]) == 2
     assert "missing.json" in capsys.readouterr().err
 

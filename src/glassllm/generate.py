@@ -360,14 +360,14 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--model", metavar="FILE", default=None,
                         help="model file (default: the bundled TinyStories model)")
     parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N",
-                        help="stop after N new tokens (default 200)")
+                        help="stop after N new tokens (default: 200)")
     parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
-                        help="softmax temperature; 0 = greedy (default 1.0)")
+                        help="softmax temperature; 0 = greedy (default: 1.0)")
     parser.add_argument("--top-k", type=int, default=None, metavar="K",
                         help="keep the K most likely ids, 1..vocabulary (default: off)")
     parser.add_argument("--top-p", type=float, default=None, metavar="P",
                         help="then keep the smallest set of ids with mass >= P, 0 < P <= 1 (default: off)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--stop", action="append", default=None, metavar="STR",
                         help="stop once the new text contains STR (included); repeatable")
     parser.add_argument("--show-probs", action="store_true",
@@ -385,7 +385,15 @@ def _cli(args) -> int:
                              "from this installation")
     else:
         path = args.model
+    # The library's checks name its parameters; a command-line user typed flags.
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be an int >= 0, got {args.seed}")
+    check_temperature(args.temperature, "--temperature")
+    check_top_p(args.top_p, "--top-p")
     model, tokenizer, _ = load_model(path)
+    check_top_k(args.top_k, model.config.vocab_size, "--top-k")
     records = generate(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        seed=args.seed, stop=args.stop, alternatives=5 if args.show_probs else 0)

@@ -55,36 +55,41 @@ def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def check_temperature(temperature) -> float:
-    """``temperature`` as a float; raise unless it is a finite number >= 0."""
+def check_temperature(temperature, name: str = "temperature") -> float:
+    """``temperature`` as a float; raise unless it is a finite number >= 0. ``name`` is what errors call it."""
     if not _is_number(temperature):
-        raise ParameterTypeError(f"temperature must be a number >= 0, got {temperature!r}")
+        raise ParameterTypeError(f"{name} must be a number >= 0, got {temperature!r}")
     t = float(temperature)
     if not math.isfinite(t) or t < 0:
-        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        raise ValueError(f"{name} must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     return t
 
 
-def check_top_k(top_k, vocab_size: int) -> int | None:
-    """``top_k`` as an int (or None = off); raise unless it is in [1, vocab_size]."""
+def check_top_k(top_k, vocab_size: int, name: str = "top_k") -> int | None:
+    """``top_k`` as an int (or None = off); raise unless it is in [1, vocab_size].
+
+    ``name`` is what errors call it; a command-line flag (``--top-k``) has no None to offer.
+    """
     if top_k is None:
         return None
+    off = " or None" if not name.startswith("-") else ""
     if not _is_int(top_k):
-        raise ParameterTypeError(f"top_k must be an int in [1, {vocab_size}] or None, got {top_k!r}")
+        raise ParameterTypeError(f"{name} must be an int in [1, {vocab_size}]{off}, got {top_k!r}")
     if not 1 <= top_k <= vocab_size:
-        raise ValueError(f"top_k must be in [1, {vocab_size}] (the vocabulary) or None, got {top_k!r}")
+        raise ValueError(f"{name} must be in [1, {vocab_size}] (the vocabulary){off}, got {top_k!r}")
     return int(top_k)
 
 
-def check_top_p(top_p) -> float | None:
-    """``top_p`` as a float (or None = off); raise unless it is in (0, 1]."""
+def check_top_p(top_p, name: str = "top_p") -> float | None:
+    """``top_p`` as a float (or None = off); raise unless it is in (0, 1]. ``name`` as in :func:`check_top_k`."""
     if top_p is None:
         return None
+    off = " or None" if not name.startswith("-") else ""
     if not _is_number(top_p):
-        raise ParameterTypeError(f"top_p must be a number in (0, 1] or None, got {top_p!r}")
+        raise ParameterTypeError(f"{name} must be a number in (0, 1]{off}, got {top_p!r}")
     p = float(top_p)
     if not (0.0 < p <= 1.0):  # also false for NaN
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+        raise ValueError(f"{name} must be in (0, 1]{off}, got {top_p!r}")
     return p
 
 

@@ -820,7 +820,7 @@ def add_cli(name: str, parser) -> None:
                         help="a tokenizer file, or a model file (default: the bundled model's tokenizer)")
     parser.add_argument("--train", nargs="+", metavar="PATH",
                         help="train a new tokenizer on these text files or folders")
-    parser.add_argument("--vocab-size", type=int, default=None, help="ids in a new tokenizer (default 1024)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="ids in a new tokenizer (default: 1024)")
     parser.add_argument("--out", metavar="FILE", help="where --train writes the tokenizer")
     parser.set_defaults(func=_cli)
 
@@ -850,9 +850,9 @@ def _cli(args) -> int:
     ids = tok.encode(text, allowed_special="all")
     width = len(str(tok.vocab_size - 1))
     for i in ids:
-        print(f"{i:>{width}}  {tok.piece(i)}")
-    size = len(text.encode("utf-8"))
-    print(f"{len(ids)} tokens for {size} bytes ({size / max(len(ids), 1):.2f} bytes/token)")
+        print(f"{i:>{width}}  '{tok.piece(i)}'")  # quoted, so that a space piece shows; pieces are already readable
+    size, n = len(text.encode("utf-8")), len(ids)
+    print(f"{n:,} token{'s' * (n != 1)} for {size:,} byte{'s' * (size != 1)} ({size / max(n, 1):.2f} bytes/token)")
     return 0
 
 

@@ -371,7 +371,12 @@ class EvalResult:
 
     def line(self) -> str:
         return (f"loss {self.loss:.4f}  perplexity {self.perplexity:.3f}  bits/byte {self.bits_per_byte:.4f}  "
-                f"({self.tokens} tokens, {self.bytes} bytes, {self.windows} windows)")
+                f"({_count(self.tokens, 'token')}, {_count(self.bytes, 'byte')}, {_count(self.windows, 'window')})")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 window``, ``996 windows``, ``254,915 tokens``."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"
 
 
 def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size: int = 16,

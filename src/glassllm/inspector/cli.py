@@ -29,21 +29,21 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--model", metavar="FILE", default=None,
                         help="model file (default: the bundled TinyStories model)")
     parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only)")
+                        help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=None, metavar="N",
-                        help=f"port to listen on (default {DEFAULT_PORT}, or a free one if it is taken; 0 = any free port)")
+                        help=f"port to listen on (default: {DEFAULT_PORT}, or a free one if it is taken; 0 = any free port)")
     parser.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
     parser.add_argument("--html", metavar="FILE", default=None,
                         help="write one self-contained offline HTML file for PROMPT instead of serving")
     parser.add_argument("--steps", type=int, default=None, metavar="N",
-                        help="with --html: greedy decoding steps to include (default 8, or --max-new-tokens "
+                        help="with --html: greedy decoding steps to include (default: 8, or --max-new-tokens "
                              "if lower)")
     parser.add_argument("--max-prompt-tokens", type=int, default=256, metavar="N",
-                        help="longest prompt a request may send, in tokens (default 256; capped by the context)")
+                        help="longest prompt a request may send, in tokens (default: 256; capped by the context)")
     parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
-                        help="most decoding steps a request may ask for (default 64)")
+                        help="most decoding steps a request may ask for (default: 64)")
     parser.add_argument("--max-cells", type=int, default=1 << 19, metavar="N",
-                        help=f"most values in one snapshot response (default {1 << 19})")
+                        help=f"most values in one snapshot response (default: {1 << 19:,})")
     parser.set_defaults(func=_cli)
 
 
@@ -75,9 +75,11 @@ def _cli(args) -> int:
         raise ValueError(f"--port must be in 0..65535 (0 = any free port), got {args.port}")
     if args.steps is not None and args.html is None:
         raise ValueError("--steps applies only with --html (the server decodes as far as the page asks)")
+    if args.steps is not None and not 0 <= args.steps <= args.max_new_tokens:
+        raise ValueError(f"--steps must be in [0, {args.max_new_tokens}] (at most --max-new-tokens), got {args.steps}")
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
-        raise ValueError("PROMPT is empty: give at least one character")
+        raise ValueError("prompt is empty: give at least one character")
     model, tokenizer, meta = _load(args.model)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
     inspector = Inspector(model, tokenizer, limits, meta)
