@@ -815,12 +815,12 @@ class Tokenizer:
 
 def add_cli(name: str, parser) -> None:
     """Options of ``glassllm tokenize``: train a tokenizer, or show how one splits text."""
-    parser.add_argument("text", nargs="?", help="text to split into tokens (default: read stdin)")
+    parser.add_argument("text", nargs="?", metavar="TEXT", help="text to split into tokens (default: read stdin)")
     parser.add_argument("--tokenizer", metavar="FILE",
                         help="a tokenizer file, or a model file (default: the bundled model's tokenizer)")
     parser.add_argument("--train", nargs="+", metavar="PATH",
                         help="train a new tokenizer on these text files or folders")
-    parser.add_argument("--vocab-size", type=int, default=None, help="ids in a new tokenizer (default: 1024)")
+    parser.add_argument("--vocab-size", type=int, default=None, metavar="N", help="ids in a new tokenizer (default: 1024)")
     parser.add_argument("--out", metavar="FILE", help="where --train writes the tokenizer")
     parser.set_defaults(func=_cli)
 

@@ -722,7 +722,7 @@ _TRAIN_HELP = {
     "seed": "seed of the weight initialisation and of the batch sampler",
     "workers": "threads that each back-propagate a share of every batch's rows, with one BLAS thread each "
                "(data parallelism; the same gradients up to float rounding)",
-    "dtype": "float32 or float64",
+    "dtype": "precision of the weights, activations and optimiser state",
     "eval_every": "steps between held-out evaluations (0 = only at the end)",
     "eval_windows": "held-out windows per periodic evaluation (0 = all; the final one uses all)",
     "checkpoint_every": "steps between checkpoints (0 = only at the end)",
@@ -738,6 +738,10 @@ _MODEL_HELP = {
     "norm_eps": "RMSNorm epsilon",
     "rope_theta": "RoPE base",
 }
+
+
+# Fields whose values are names: argparse lists them in --help and refuses others in its own words.
+_CHOICES = {"repeat_tokens": ("text", "random"), "dtype": ("float32", "float64")}
 
 
 def _field_type(default):
@@ -774,18 +778,27 @@ def add_cli(name: str, parser) -> None:
     tg.add_argument("--recipe", choices=sorted(RECIPES), default=None,
                     help="start from a named TrainConfig; the options below override it ('bundled' made "
                          "the bundled model; default: 'default')")
-    for field in dataclasses.fields(TrainConfig):
-        flag = "--" + field.name.replace("_", "-")
-        tg.add_argument(flag, dest="train_" + field.name, type=_field_type(field.default), default=None,
-                        metavar=field.name.upper(), help=f"{_TRAIN_HELP[field.name]} (default: {field.default})")
-    mg = parser.add_argument_group("model (ModelConfig)")
-    for field in dataclasses.fields(ModelConfig):
-        flag = "--" + field.name.replace("_", "-")
-        mg.add_argument(flag, dest="model_" + field.name, type=_field_type(field.default), default=None,
-                        metavar=field.name.upper(),
-                        help=_MODEL_HELP[field.name] + ("" if "default:" in _MODEL_HELP[field.name]
-                                                        else f" (default: {field.default})"))
+    add_config_options(tg, TrainConfig)
+    add_config_options(parser.add_argument_group("model (ModelConfig)"), ModelConfig)
     parser.set_defaults(func=_train_cli)
+
+
+def add_config_options(group, cls, skip=()) -> None:
+    """One option per field of TrainConfig or ModelConfig (``--batch-size`` ...), described and with its default.
+
+    Values land in ``args.train_<field>`` or ``args.model_<field>`` (None when not given: see :func:`_given`).
+    The PyTorch twin's command line (``glassllm.torch.train_ddp``) shares them.
+    """
+    prefix, helps = ("train_", _TRAIN_HELP) if cls is TrainConfig else ("model_", _MODEL_HELP)
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        text = helps[field.name]
+        choices = _CHOICES.get(field.name)
+        group.add_argument("--" + field.name.replace("_", "-"), dest=prefix + field.name,
+                           type=_field_type(field.default), default=None, choices=choices,
+                           metavar="{" + ",".join(choices) + "}" if choices else field.name.upper(),
+                           help=text if "default:" in text else f"{text} (default: {field.default})")
 
 
 def _given(args, prefix: str) -> dict:

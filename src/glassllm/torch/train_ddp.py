@@ -32,7 +32,6 @@ Held-out evaluation is left to ``glassllm eval --model OUT/model.safetensors``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import json
 import math
@@ -51,7 +50,7 @@ from ..config import ModelConfig
 from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids
 from ..nn import Transformer as GlassTransformer
 from ..optim import lr_lambda
-from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig
+from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig, _given, add_config_options
 from .model import Transformer, from_glassllm, to_glassllm
 
 __all__ = ["run", "main"]
@@ -337,19 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="where token ids are cached (default: OUT/cache)")
     p.add_argument("--backend", default="auto", help="auto (NCCL with GPUs, else gloo), gloo or nccl")
     p.add_argument("--no-progress", action="store_true", help="no log lines")
-    for cls, prefix in ((TrainConfig, "train_"), (ModelConfig, "model_")):
-        group = p.add_argument_group(cls.__name__)
-        for field in dataclasses.fields(cls):
-            if cls is TrainConfig and field.name == "workers":
-                continue  # glassllm's worker threads; here processes (torchrun) are the parallelism
-            group.add_argument("--" + field.name.replace("_", "-"), dest=prefix + field.name,
-                               type=type(field.default), default=None, metavar=field.name.upper(),
-                               help=f"(default: {field.default})")
+    # The same options as `glassllm train`, minus its worker threads (here processes, torchrun's, are the parallelism).
+    add_config_options(p.add_argument_group("training (TrainConfig)"), TrainConfig, skip=("workers",))
+    add_config_options(p.add_argument_group("model (ModelConfig)"), ModelConfig)
     return p
-
-
-def _given(args, prefix: str) -> dict:
-    return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix) and v is not None}
 
 
 def main(argv=None) -> int:
