@@ -109,6 +109,7 @@ def _serve(inspector, prompt: str, args) -> int:
         except ValueError:
             if i == len(ports) - 1:
                 raise
+            print(f"port {port} is taken; serving on a free port instead (--port chooses one)", file=sys.stderr)
     url = server.url
     if not loopback:
         print(f"warning: listening on {args.host} makes the inspector reachable from other machines; "
