@@ -358,6 +358,17 @@ def _ready(page):
     idle(page)
 
 
+def opened(browser, url: str, view: str | None = None):
+    """A new page at ``url``, ready, showing ``view`` (a JS object for ``glass.select``) if given."""
+    page = browser.new_page()
+    page.goto(url)
+    _ready(page)
+    if view is not None:
+        page.evaluate(f"() => window.glass.select({view})")
+        idle(page)
+    return page
+
+
 def test_fast_steps_never_run_past_the_text_and_failed_views_are_greyed_out(browser, server):
     page = browser.new_page()
     errors = []
@@ -403,9 +414,7 @@ def test_an_exported_prompt_with_crlf_opens_and_step_stops_at_the_last_saved(bro
 
     path = tmp_path / "crlf.html"
     export_html(inspector, "Hello\r\nworld, once upon a time", path, steps=2)
-    page = browser.new_page()
-    page.goto(path.as_uri())
-    _ready(page)
+    page = opened(browser, path.as_uri())
     assert "not included" not in page.inner_text("#view-error") or page.is_hidden("#view-error")
     assert page.evaluate("() => window.glass.heatmap && window.glass.heatmap.rows") > 0
     for _ in range(4):
@@ -416,11 +425,7 @@ def test_an_exported_prompt_with_crlf_opens_and_step_stops_at_the_last_saved(bro
 
 
 def test_heads_and_layers_answer_the_keyboard(browser, server):
-    page = browser.new_page()
-    page.goto(server.url)
-    _ready(page)
-    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 0, head: 0})")
-    idle(page)
+    page = opened(browser, server.url, "{name: 'attn.softmax', layer: 0, head: 0}")
     page.focus("#heads button[data-head='0']")
     page.keyboard.press("ArrowRight")
     idle(page)
@@ -436,11 +441,7 @@ def test_heads_and_layers_answer_the_keyboard(browser, server):
 
 def test_every_vocabulary_column_can_be_hovered(browser, server, parts):
     """probs is (n, 1,024): each id gets at least one pixel, so a sweep of the mouse reaches them all."""
-    page = browser.new_page()
-    page.goto(server.url)
-    _ready(page)
-    page.evaluate("() => window.glass.select({name: 'probs'})")
-    idle(page)
+    page = opened(browser, server.url, "{name: 'probs'}")
     h = heatmap(page)
     assert h["cols"] == parts[0].config.vocab_size
     box = page.evaluate("""() => { const c = document.getElementById('heatmap');
@@ -450,9 +451,7 @@ def test_every_vocabulary_column_can_be_hovered(browser, server, parts):
 
 
 def test_a_candidate_can_be_picked_from_the_keyboard(browser, server):
-    page = browser.new_page()
-    page.goto(server.url)
-    _ready(page)
+    page = opened(browser, server.url)
     second = page.get_attribute("#bars li.bar:nth-child(2)", "data-id")
     page.focus("#bars li.bar:nth-child(2)")
     page.keyboard.press("Enter")
@@ -463,11 +462,7 @@ def test_a_candidate_can_be_picked_from_the_keyboard(browser, server):
 
 def test_heatmap_cells_can_be_read_from_the_keyboard(browser, server):
     """Tab to the heatmap, then the arrow keys walk its cells; each shows the exact value the mouse would."""
-    page = browser.new_page()
-    page.goto(server.url)
-    _ready(page)
-    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2})")
-    idle(page)
+    page = opened(browser, server.url, "{name: 'attn.softmax', layer: 1, head: 2}")
     h = heatmap(page)
     rows, cols = h["rows"], h["cols"]
     values = np.array(h["values"]).reshape(rows, cols)
