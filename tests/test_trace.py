@@ -874,3 +874,66 @@ def test_every_read_of_a_trace_is_read_only(tiny_model):
     t = trace(tiny_model, tokens_for(TINY, 3), ["attn.softmax", "logits"])
     for a in (t.get("logits"), t.get("attn.softmax", layer=0), t.get("attn.softmax", layer=0, head=1)):
         assert not a.flags.writeable
+
+
+# ----------------------------------------------------------------------------
+# Plotting (matplotlib, Agg)
+# ----------------------------------------------------------------------------
+
+class _Pieces:
+    """A stand-in tokenizer: the piece of id i is ``t{i}``."""
+
+    def piece(self, i):
+        return f"t{i}"
+
+
+def test_plot_draws_the_snapshot_itself_with_the_mask_and_the_tokens(tiny_model):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ids = tokens_for(TINY, 6, seed=4)
+    t = trace(tiny_model, ids, names=["attn.softmax", "layers.0.resid_post", "layers.1.attn_norm.rms"])
+    H = TINY.n_heads
+    fig, ax = plt.subplots()
+    image = t.plot("attn.softmax", layer=1, head=H - 1, tokenizer=_Pieces(), ax=ax)
+    drawn, want = image.get_array(), t.get("attn.softmax", layer=1, head=H - 1)
+    np.testing.assert_array_equal(drawn.mask, np.triu(np.ones((6, 6), dtype=bool), k=1))  # the causal future
+    np.testing.assert_array_equal(drawn.filled(0.0), want)                                # every number as traced
+    assert image.get_clim() == (0.0, 1.0)
+    assert [x.get_text() for x in ax.get_xticklabels()] == [f"'t{i}' {k}" for k, i in enumerate(ids)]
+    assert ax.get_ylabel() == "query position" and ax.get_title() == f"layers.1.attn.softmax · head {H - 1}"
+
+    # Signed values: a scale symmetric around 0; a (n,) snapshot is one row.
+    image = t.plot("layers.0.resid_post", ax=plt.subplots()[1])
+    top = np.abs(t.get("layers.0.resid_post")).max()
+    assert image.get_clim() == (-top, top) and not image.get_array().mask.any()
+    assert t.plot("attn_norm.rms", layer=1, ax=plt.subplots()[1]).get_array().shape == (1, 6)
+
+    # With the mask switched off (and recorded), nothing is marked forbidden.
+    off = trace(tiny_model, ids, names=["layers.0.attn.softmax", "layers.0.attn.mask"], interventions=[MaskOff(0)])
+    assert not off.plot("attn.softmax", layer=0, head=0, ax=plt.subplots()[1]).get_array().mask.any()
+    with pytest.raises(ValueError, match=r"axes \(H, n, m\): pass head="):
+        t.plot("attn.softmax", layer=1)
+    with pytest.raises(ValueError, match="was not recorded"):
+        t.plot("attn.q", layer=0, head=0)
+    plt.close("all")
+
+
+def test_plot_of_a_gradient_is_symmetric_around_zero(tiny_model):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ids = tokens_for(TINY, 5, seed=2)
+    with Tracer(tiny_model, names=["layers.1.attn.scores"]) as tracer:
+        tiny_model.loss(ids[None, :-1], ids[None, 1:]).backward()
+    t = tracer.trace
+    image = t.plot("attn.scores", layer=1, head=0, grad=True, ax=plt.subplots()[1])
+    g = t.grad("attn.scores", layer=1, head=0)
+    top = np.abs(g[~np.triu(np.ones(g.shape, dtype=bool), k=1)]).max()
+    assert image.get_clim() == (-top, top)
+    np.testing.assert_array_equal(image.get_array().filled(0.0), np.tril(g))
+    plt.close("all")

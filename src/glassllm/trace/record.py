@@ -132,6 +132,15 @@ class Trace:
             out.flags.writeable = False                                  # read-only, as every other read
         return out
 
+    def plot(self, name: str, layer=None, head=None, step=None, grad: bool = False, tokenizer=None, ax=None):
+        """Draw one matrix of snapshot ``name`` (or of its gradient) with matplotlib; returns the image.
+
+        Selection as in :meth:`get`; see :func:`glassllm.trace.plot.plot`.
+        """
+        from .plot import plot
+
+        return plot(self, name, layer, head, step, grad, tokenizer, ax)
+
     def shape(self, name: str, layer=None, step=None) -> tuple:
         full = self.name(name, layer)
         s = self.step(step)

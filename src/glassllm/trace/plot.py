@@ -1,0 +1,109 @@
+"""One snapshot of a :class:`~glassllm.trace.Trace` as a labelled heatmap, with matplotlib.
+
+The picture the inspector draws, for a notebook or a script: rows and columns
+named by their axes (queries down and keys across for attention; positions
+down and features across for vectors), token pieces on the position axes when
+a tokenizer is given, masked attention cells in light grey -- a colour no
+scale uses, so a forbidden cell is never mistaken for a weight that is merely
+small -- and a colour scale chosen by what the numbers are --
+0 to 1 for probabilities and attention weights, symmetric around 0 for
+anything signed (activations, scores, gradients).
+
+The image holds the snapshot's own numbers (``AxesImage.get_array()``),
+masked cells as masked entries, so what is drawn can be checked number by
+number. matplotlib is imported only when a plot is asked for: the rest of
+glassllm needs NumPy alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import _head_axis
+
+# Axis letters as words, for the labels (the shape legend of glassllm.trace).
+AXIS_NAMES = {"n": "position", "m": "key position", "H": "query head", "G": "key/value head",
+              "D": "head feature", "C": "feature", "V": "token id", "F": "MLP feature"}
+
+# Snapshots whose values are probabilities: drawn from 0 to 1 on a sequential scale.
+PROBABILITIES = ("attn.softmax", "probs")
+
+
+def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False, tokenizer=None, ax=None):
+    """Draw snapshot ``name`` (or its gradient) of ``trace`` on ``ax``; return the ``AxesImage``.
+
+    ``name``, ``layer``, ``head`` and ``step`` select as in :meth:`Trace.get`;
+    the selection must be a matrix, so a snapshot with a head axis needs
+    ``head``. ``tokenizer`` labels the position axes with token pieces.
+    ``ax``: a matplotlib Axes (default: a new figure's).
+    """
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("Trace.plot needs matplotlib: pip install matplotlib (or glassllm[app])") from None
+
+    full = trace.name(name, layer)
+    s = trace.step(step)
+    values = trace.grad(full, head=head, step=step) if grad else trace.get(full, head=head, step=step)
+    axes = list(trace.axes[full])
+    if head is not None:
+        axes.pop(_head_axis(full, trace.axes[full]))
+    if values.ndim == 1:                                                 # (n,), e.g. a norm's rms: one row
+        values, axes = values[None], [None, *axes]
+    if values.ndim != 2:
+        which = ", ".join(a for a in trace.axes[full])
+        raise ValueError(f"{full!r} has axes ({which}): pass head= to plot one matrix of it")
+
+    masked = _forbidden(trace, full, s) if axes == ["n", "m"] else None
+    data = np.ma.masked_array(values.astype(np.float64), mask=masked if masked is not None else False)
+    if ax is None:
+        ax = plt.figure(figsize=(6.4, 5.2), constrained_layout=True).add_subplot()
+    if values.dtype == bool:
+        scale, low, high = "Greys", 0.0, 1.0
+    elif not grad and full.endswith(PROBABILITIES):
+        scale, low, high = "viridis", 0.0, 1.0
+    else:
+        top = float(np.abs(data).max()) if data.count() else 0.0
+        scale, low, high = "RdBu_r", -(top or 1.0), top or 1.0
+    # Masked entries take the colour map's "bad" colour: forbidden cells are 0 by rule, not by the model's choice.
+    attention = axes == ["n", "m"]
+    image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
+                      interpolation="nearest", aspect="equal" if attention else "auto")
+
+    labels = {"n": _pieces(tokenizer, s.tokens, s.start), "m": _pieces(tokenizer, trace.tokens[:s.m], 0)}
+    for letter, set_label, set_ticks in ((axes[0], ax.set_ylabel, ax.set_yticks),
+                                         (axes[1], ax.set_xlabel, ax.set_xticks)):
+        set_label("query position" if attention and letter == "n" else AXIS_NAMES.get(letter, letter or ""))
+        if tokenizer is not None and letter in labels and len(labels[letter]) <= 64:
+            set_ticks(range(len(labels[letter])), labels[letter], fontsize=7,
+                      **({"rotation": 90} if set_ticks == ax.set_xticks else {}))
+    what = f"d loss / d {full}" if grad else full
+    where = [f"head {head}" if head is not None else "", f"step {s.index}" if len(trace.steps) > 1 else ""]
+    ax.set_title(" · ".join([what, *filter(None, where)]), fontsize=9)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return image
+
+
+def _forbidden(trace, full: str, s) -> np.ndarray | None:
+    """The (n, m) cells an attention snapshot's queries may not read, or None when that is unknown.
+
+    The recorded ``attn.mask`` of the layer, when the trace holds it (after any
+    intervention, e.g. :class:`MaskOff`); else, for a trace without
+    interventions, the model's rule: key j is forbidden to query i when
+    j > start + i or j is left padding.
+    """
+    layer = full.split(".")[1] if full.startswith("layers.") else None
+    mask_name = f"layers.{layer}.attn.mask"
+    if layer is not None and mask_name in s.values:
+        return np.asarray(s.values[mask_name], dtype=bool)
+    if trace.interventions:
+        return None
+    keys = np.arange(s.m)[None, :]
+    return (keys > s.start + np.arange(s.n)[:, None]) | (keys < s.pad)
+
+
+def _pieces(tokenizer, ids, first: int) -> list[str]:
+    """Tick labels for positions: ``"piece" position``, or nothing without a tokenizer."""
+    if tokenizer is None:
+        return []
+    return [f"'{tokenizer.piece(int(i))}' {first + k}" for k, i in enumerate(ids)]
