@@ -232,6 +232,34 @@ def test_interventions_equal_weight_edits_of_the_reference(client, parts, refere
     np.testing.assert_allclose(after, _reference_logits_with(reference, parts, cool), rtol=1e-9, atol=1e-10)
 
 
+def test_editing_one_number_equals_recomputing_from_it(client, parts):
+    """Set one coordinate of the last block's output at the last position: the logits are the final norm and
+    the output matrix applied by hand to the traced vector with that number changed."""
+    from glassllm.trace import trace
+
+    model, tokenizer = parts
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    n, c = len(ids), 17
+    L = model.config.n_layers
+    iv = {"kind": "edit", "layer": L - 1, "name": "resid_post", "row": n - 1, "col": c, "value": 3.5}
+    r = post(client, "next", {"prompt": PROMPT, "intervention": iv})
+    assert r.status_code == 200, r.text
+    after = decode_array(r.json()["after"]["logits"])
+
+    x = trace(model, np.array(ids), names=f"layers.{L - 1}.resid_post").get(f"layers.{L - 1}.resid_post")[-1].copy()
+    x[c] = 3.5
+    norm = x / np.sqrt(np.mean(x * x) + model.config.norm_eps) * model.norm.weight.data
+    np.testing.assert_allclose(after, norm @ model.output.weight.data.T, rtol=1e-9, atol=1e-10)
+
+    # The edited snapshot itself shows the new number, and nothing else of it changes.
+    plain = post(client, "snapshot", {"prompt": PROMPT, "name": "resid_post", "layer": L - 1}).json()
+    edited = post(client, "snapshot", {"prompt": PROMPT, "name": "resid_post", "layer": L - 1,
+                                       "intervention": iv}).json()
+    a, b = decode_array(plain["values"]), decode_array(edited["values"])
+    assert b[n - 1, c] == 3.5 and np.array_equal(np.delete(a.ravel(), (n - 1) * a.shape[1] + c),
+                                                 np.delete(b.ravel(), (n - 1) * b.shape[1] + c))
+
+
 def test_mask_off_shows_the_future_in_that_layer_only(client, parts):
     iv = {"kind": "mask_off", "layer": 1}
     n = len(parts[1].encode(PROMPT, allowed_special="all"))
@@ -324,6 +352,20 @@ BAD = [
      "temperature"),
     ("next", {"prompt": PROMPT, "intervention": {"kind": "temperature", "layer": 0}}, "needs a temperature"),
     ("next", {"prompt": PROMPT, "step": 1, "intervention": {"kind": "mask_off", "layer": 0}}, "step 0"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "mlp.act", "row": 0, "col": 0}},
+     "needs value"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "attn.mask", "row": 0, "col": 0,
+                                                 "value": 1.0}}, "use 'mask_off'"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "mlp.act", "row": 99, "col": 0,
+                                                 "value": 1.0}}, "cell (99, 0) is outside 'mlp.act'"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "logits", "row": 0, "col": 0,
+                                                 "value": 1.0}}, "'logits' is not a snapshot inside the blocks"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "attn.q", "row": 0, "col": 0,
+                                                 "value": 1.0}}, "needs a head in 0..3"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "mlp.act", "row": 0, "col": 0,
+                                                 "value": 1e7}}, "value"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 0, "head": 0, "value": 2.0}},
+     "takes no name, row, col or value"),
     ("snapshot", [1, 2, 3], "JSON object"),
 ]
 

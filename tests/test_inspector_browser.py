@@ -490,3 +490,47 @@ def test_heatmap_cells_can_be_read_from_the_keyboard(browser, server):
     page.keyboard.press("Escape")
     assert not page.locator("#tooltip").is_visible()
     page.close()
+
+
+def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
+    """Pick a cell with the keyboard, press E, type a value: the cell shows it and the distribution moves,
+    to the tracer's numbers with the same Edit."""
+    from glassllm.trace import Edit
+
+    model, tokenizer = parts[0], parts[1]
+    page = opened(browser, server.url, "{name: 'attn.softmax', layer: 2, head: 3}")
+    ids = tokenizer.encode("Once upon a time", allowed_special="all")
+    page.focus("#heatmap")
+    for key in ["ArrowDown"] * 3 + ["ArrowRight"]:                    # (0, 0), then down to row 2, then (2, 1)
+        page.keyboard.press(key)
+    assert page.get_attribute("#readout", "data-row") == "2" and page.get_attribute("#readout", "data-col") == "1"
+    page.keyboard.press("e")
+    assert page.evaluate("() => document.activeElement.id") == "iv-value"
+    assert page.is_checked("input[name=iv][value=edit]")
+    page.fill("#iv-value", "0.9")
+    page.press("#iv-value", "Enter")
+    page.dispatch_event("#iv-value", "change")
+    idle(page)
+
+    assert page.evaluate("() => window.glass.state.intervention") == {
+        "kind": "edit", "layer": 2, "name": "attn.softmax", "head": 3, "row": 2, "col": 1, "value": 0.9}
+    h = heatmap(page)
+    assert h["values"][2 * h["cols"] + 1] == float(np.float32(0.9))     # the view shows the edited number
+
+    def set_cell(a):
+        a[3, 2, 1] = 0.9
+        return a
+    ref = traced(model, ids, interventions=[Edit("layers.2.attn.softmax", set_cell)])
+    np.testing.assert_array_equal(np.array(h["values"]).reshape(h["rows"], h["cols"]),
+                                  ref.get("attn.softmax", layer=2, head=3))
+    got = page.evaluate("() => Array.from(window.glass.next.after)")
+    np.testing.assert_allclose(got, softmax64(ref.get("logits")[-1], 1.0), rtol=1e-12, atol=1e-300)
+    assert "layers.2.attn.softmax, head 3, cell (2, 1) set to 0.9" in page.inner_text("#iv-summary")
+
+    # A gradient view cannot be edited; the button says so by being off.
+    page.evaluate("() => window.glass.select({grad: true})")
+    idle(page)
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowRight")
+    assert page.is_disabled("#edit-cell")
+    page.close()

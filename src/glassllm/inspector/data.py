@@ -32,7 +32,8 @@ import numpy as np
 
 from ..sampling import sampling_distribution
 from ..trace import registry
-from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest
+from ..trace.registry import axis_sizes
+from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
 
 __all__ = ["Inspector", "encode_array"]
 
@@ -193,7 +194,7 @@ class Inspector:
         if req.target is not None and req.target >= self.config.vocab_size:
             raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
         ids = self.encode(req.prompt)
-        self._check_intervention(req.intervention)
+        self._check_intervention(req.intervention, len(ids))
 
         run = self._run_for(ids, req.step, req.intervention, req.target if req.grad else None, req.grad)
         a = run.get(full, req.head, req.grad)                            # head axis dropped
@@ -240,7 +241,7 @@ class Inspector:
             raise ValueError(f"top_k {req.top_k} is out of range: this vocabulary has {V} ids")
         if req.intervention is not None and req.step:
             raise ValueError(f"interventions apply to the prompt's pass only (step 0), got step {req.step}")
-        self._check_intervention(req.intervention)
+        self._check_intervention(req.intervention, len(ids))
         run = self._run_for(ids, req.step, None, None, False)
         out = {"step": req.step, "position": len(run.ids) - 1, "m": len(run.ids), "start": run.start,
                "tokens": [self._vocab[i] for i in run.ids], "ids": run.ids,
@@ -261,12 +262,18 @@ class Inspector:
                 "survivors": [int(i) for i in survivors]}
 
     # ------------------------------------------------------------------ runs
-    def _check_intervention(self, iv: Intervention | None) -> None:
+    def _check_intervention(self, iv: Intervention | None, n: int) -> None:
+        """Refuse an intervention this model and an n-token prompt cannot take, naming the bad field."""
         if iv is None:
             return
         L, H = self.config.n_layers, self.config.n_heads
         if iv.layer >= L:
             raise ValueError(f"intervention layer {iv.layer} is out of range: this model has layers 0..{L - 1}")
+        if iv.kind != "edit" and any(v is not None for v in (iv.name, iv.row, iv.col, iv.value)):
+            raise ValueError(f"intervention {iv.kind!r} takes no name, row, col or value (those are for 'edit')")
+        if iv.kind == "edit":
+            self._check_edit(iv, n)
+            return
         if iv.head is not None and iv.head >= H:
             raise ValueError(f"intervention head {iv.head} is out of range: attention has heads 0..{H - 1}")
         if iv.kind == "ablate" and iv.head is None:
@@ -277,6 +284,33 @@ class Inspector:
             raise ValueError(f"intervention {iv.kind!r} takes no temperature; got {iv.temperature}")
         if iv.kind == "mask_off" and iv.head is not None:
             raise ValueError("intervention 'mask_off' switches the mask off for the whole layer; send head null")
+
+    def _check_edit(self, iv: Intervention, n: int) -> None:
+        missing = [f for f in ("name", "row", "col", "value") if getattr(iv, f) is None]
+        if missing:
+            raise ValueError(f"intervention 'edit' needs {', '.join(missing)}")
+        if iv.temperature is not None:
+            raise ValueError(f"intervention 'edit' takes no temperature; got {iv.temperature}")
+        full = f"layers.{iv.layer}.{iv.name}"
+        if full not in self.axes:
+            inside = sorted({k.split(".", 2)[2] for k in self.axes if k.startswith("layers.0.")})
+            raise ValueError(f"intervention 'edit': {_shown(iv.name)} is not a snapshot inside the blocks; "
+                             f"expected one of {', '.join(inside)}")
+        if iv.name == "attn.mask":
+            raise ValueError("intervention 'edit' cannot set the boolean attn.mask; use 'mask_off'")
+        axes = self.axes[full]
+        head_axis = next((a for a in axes if a in HEAD_AXES), None)
+        heads = {"H": self.config.n_heads, "G": self.config.n_kv_heads}.get(head_axis, 0)
+        if head_axis is None and iv.head is not None:
+            raise ValueError(f"intervention 'edit': {iv.name!r} has no head axis; send head null")
+        if head_axis is not None and (iv.head is None or iv.head >= heads):
+            raise ValueError(f"intervention 'edit': {iv.name!r} needs a head in 0..{heads - 1}, got {iv.head}")
+        sizes = axis_sizes(self.config, n, n)
+        matrix = [sizes[a] for a in axes if a not in HEAD_AXES] + [1]    # (rows, cols[, 1]): a (n,) shows as (n, 1)
+        rows, cols = matrix[0], matrix[1]
+        if iv.row >= rows or iv.col >= cols:
+            raise ValueError(f"intervention 'edit': cell ({iv.row}, {iv.col}) is outside {iv.name!r}, "
+                             f"which is {rows} x {cols} for this prompt")
 
     def _finished(self, ids: list[int], step: int, run: _Run) -> str | None:
         """Why greedy decoding cannot take a step after pass ``step`` (None if it can)."""
@@ -370,6 +404,14 @@ def _edits(iv: Intervention | None) -> list:
         return [tr.ZeroAblate(iv.layer, iv.head)]
     if iv.kind == "mask_off":
         return [tr.MaskOff(layers=[iv.layer])]
+    if iv.kind == "edit":
+        cell = ((iv.head,) if iv.head is not None else ()) + (iv.row,)
+
+        def set_cell(a):                                                 # one batch row, batch axis removed
+            index = cell + ((iv.col,) if a.ndim > len(cell) else ())     # a (n,) snapshot has no col
+            a[index] = iv.value
+            return a
+        return [tr.Edit(f"layers.{iv.layer}.{iv.name}", set_cell)]
     return [tr.Temperature(iv.temperature, layers=[iv.layer], heads=iv.head)]
 
 

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 MAX_PROMPT_CHARS = 20_000  # refused before tokenizing; a 512-token prompt is a few thousand characters
+MAX_EDIT_VALUE = 1e6  # an edited number's magnitude; far beyond anything the model computes, still float32-safe
 MIN_SCORE_TEMPERATURE = 1e-3  # an intervention's score temperature; far below it, scores / T overflow float32
 
 
@@ -75,12 +76,21 @@ class Intervention(_Request):
     ``temperature``  divide the attention scores of layer ``layer`` by ``temperature``
                   (head ``head``, or every head if None): above 1 flattens each row of
                   weights over the keys it may read, below 1 sharpens it.
+    ``edit``      set one number of snapshot ``name`` of layer ``layer`` (a name inside
+                  the blocks, as the heatmap menu lists it: ``attn.softmax``, ``mlp.act`` ...)
+                  to ``value``: head ``head`` when the snapshot has a head axis, the cell at
+                  ``row``, ``col`` of the matrix the heatmap shows (col 0 for a (n,) snapshot).
+                  Everything downstream sees the new number (``glassllm.trace.Edit``).
     """
 
-    kind: Literal["ablate", "mask_off", "temperature"]
+    kind: Literal["ablate", "mask_off", "temperature", "edit"]
     layer: StrictInt = Field(ge=0)
     head: StrictInt | None = Field(default=None, ge=0)
     temperature: StrictFloat | None = Field(default=None, ge=MIN_SCORE_TEMPERATURE, le=100.0, allow_inf_nan=False)
+    name: str | None = Field(default=None, min_length=1, max_length=64)
+    row: StrictInt | None = Field(default=None, ge=0)
+    col: StrictInt | None = Field(default=None, ge=0)
+    value: StrictFloat | None = Field(default=None, ge=-MAX_EDIT_VALUE, le=MAX_EDIT_VALUE, allow_inf_nan=False)
 
 
 class PromptRequest(_Request):

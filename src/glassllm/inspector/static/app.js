@@ -210,7 +210,12 @@
     for (let l = 0; l < c.n_layers; l++) $("iv-layer").append(el("option", {value: String(l)}, String(l)));
     for (let h = 0; h < c.n_heads; h++) $("iv-head").append(el("option", {value: String(h)}, String(h)));
     document.querySelectorAll("input[name=iv]").forEach((r) => r.addEventListener("change", onIntervention));
-    for (const id of ["iv-layer", "iv-head", "iv-temp"]) $(id).addEventListener("change", onIntervention);
+    for (const id of ["iv-layer", "iv-head", "iv-temp", "iv-value"]) $(id).addEventListener("change", onIntervention);
+    $("edit-cell").addEventListener("click", () => editCell());
+    if (embedded) {
+      $("edit-cell").title = "setting a number needs a new forward pass: run glassllm inspect";
+      document.querySelector("input[name=iv][value=edit]").disabled = true;
+    }
 
     $("topk").max = String(Math.min(100, c.vocab_size));
     for (const id of ["temperature", "topk", "topp"]) $(id).addEventListener("input", onSampling);
@@ -288,6 +293,11 @@
         const t = await ask("tokens", {prompt: text});
         if (seq !== promptSeq) return;                      // a newer prompt was submitted
         if (text !== state.prompt) state.target = null;
+        if (text !== state.prompt && editing) {              // an edited cell belongs to the prompt it was picked in
+          editing = null;
+          $("iv-cell").textContent = "Pick a cell of the heatmap, then press E or “Edit this cell”.";
+          state.intervention = readIntervention();
+        }
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
         state.finished = null;
         $("prompt-note").textContent = `${t.ids.length} token${t.ids.length === 1 ? "" : "s"}` + (state.mode === "export"
@@ -652,6 +662,7 @@
   function onCellKey(ev) {
     if (!geom || !current) return;
     if (ev.key === "Escape") { hideCell(); return; }
+    if ((ev.key === "e" || ev.key === "E") && cursor) { ev.preventDefault(); editCell(); return; }
     const last = {i: geom.rows - 1, j: geom.cols - 1};
     const at = cursor || {i: 0, j: 0};
     const moves = {
@@ -711,6 +722,30 @@
     const ro = $("readout");
     ro.textContent = `${colTxt ? rowTxt + " → " + colTxt : rowTxt}: ${exact}${masked ? " (masked)" : ""}`;
     ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = exact;
+    $("edit-cell").disabled = !editable(r);
+  }
+
+  // ------------------------------------------------------------------ editing one number
+  // The cell being edited: {name, layer, head, row, col, was}, fixed when "Edit this cell" is pressed.
+  let editing = null;
+
+  // Numbers inside the blocks, of the prompt's pass, can be set (not gradients, not the boolean mask).
+  // Offline, no new forward pass can run: only the live inspector edits.
+  function editable(r) {
+    return !embedded && !!r && !r.grad && !r.step && r.layer !== null && r.layer !== undefined &&
+      r.local !== "attn.mask";
+  }
+
+  function editCell() {
+    const r = current;
+    if (!cursor || !editable(r)) return;
+    const was = r.data[cursor.i * geom.cols + cursor.j];
+    editing = {name: r.local, layer: r.layer, head: r.head_axis ? r.head : null, row: cursor.i, col: cursor.j, was};
+    document.querySelector("input[name=iv][value=edit]").checked = true;
+    $("iv-value").value = String(was);
+    readIntervention();
+    $("iv-value").focus();
+    $("iv-value").select();
   }
 
   // ------------------------------------------------------------------ next token
@@ -950,14 +985,31 @@
   function ivText(iv) {
     if (iv.kind === "ablate") return `head ${iv.head} of layer ${iv.layer} ablated (its mix zeroed)`;
     if (iv.kind === "mask_off") return `causal mask switched off in layer ${iv.layer}`;
+    if (iv.kind === "edit") return `${cellText(iv)} set to ${iv.value}`;
     return `scores of layer ${iv.layer} divided by T = ${iv.temperature}`;
+  }
+
+  function cellText(c) {
+    const head = c.head !== null && c.head !== undefined ? `, head ${c.head}` : "";
+    return `layers.${c.layer}.${c.name}${head}, cell (${c.row}, ${c.col})`;
   }
 
   function readIntervention() {
     const kind = document.querySelector("input[name=iv]:checked").value;
     $("iv-head-wrap").hidden = kind !== "ablate";
     $("iv-temp-wrap").hidden = kind !== "temperature";
+    $("iv-edit-wrap").hidden = kind !== "edit";
+    $("iv-layer-row").hidden = kind === "edit";               // an edited cell brings its own layer
     if (kind === "none") return null;
+    if (kind === "edit") {
+      const value = Number($("iv-value").value);
+      if (!editing) return null;
+      $("iv-cell").textContent = `${cellText(editing)}: was ${editing.was}`;
+      if ($("iv-value").value.trim() === "" || !Number.isFinite(value)) return null;
+      const iv = {kind, layer: editing.layer, name: editing.name, row: editing.row, col: editing.col, value};
+      if (editing.head !== null) iv.head = editing.head;
+      return iv;
+    }
     const iv = {kind, layer: Number($("iv-layer").value)};
     if (kind === "ablate") iv.head = Number($("iv-head").value);
     if (kind === "temperature") iv.temperature = Number($("iv-temp").value);
@@ -967,7 +1019,11 @@
   function setIntervention(iv) {
     const kind = iv ? iv.kind : "none";
     document.querySelector(`input[name=iv][value=${kind}]`).checked = true;
-    if (iv) {
+    if (iv && iv.kind === "edit") {
+      editing = {name: iv.name, layer: iv.layer, head: iv.head ?? null, row: iv.row, col: iv.col,
+                 was: editing && editing.name === iv.name ? editing.was : "?"};
+      $("iv-value").value = String(iv.value);
+    } else if (iv) {
       $("iv-layer").value = String(iv.layer);
       if (iv.head !== undefined && iv.head !== null) $("iv-head").value = String(iv.head);
       if (iv.temperature !== undefined && iv.temperature !== null) $("iv-temp").value = String(iv.temperature);
