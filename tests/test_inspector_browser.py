@@ -526,6 +526,7 @@ def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
     got = page.evaluate("() => Array.from(window.glass.next.after)")
     np.testing.assert_allclose(got, softmax64(ref.get("logits")[-1], 1.0), rtol=1e-12, atol=1e-300)
     assert "layers.2.attn.softmax, head 3, cell (2, 1) set to 0.9" in page.inner_text("#iv-summary")
+    assert page.inner_text("#rowsum-line").startswith("Not every row sums to 1")   # row 2 no longer does
 
     # A gradient view cannot be edited; the button says so by being off.
     page.evaluate("() => window.glass.select({grad: true})")

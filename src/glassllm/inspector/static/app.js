@@ -550,8 +550,11 @@
       for (let i = 0; i < rows; i += rowStep) g.fillText(sums[i].toFixed(6), x0 + gridW + 10, y0 + i * ch + ch / 2);
       let worst = 0;
       for (const s of sums) worst = Math.max(worst, Math.abs(s - 1));
-      $("rowsum-line").textContent =
-        `Every row sums to 1 up to rounding: the largest |Σ row − 1| is ${worst.toExponential(2)}.`;
+      // float32 rounding leaves |Σ row − 1| near 1e-7; far more means the weights were set by hand (an edit).
+      $("rowsum-line").textContent = worst < 1e-4
+        ? `Every row sums to 1 up to rounding: the largest |Σ row − 1| is ${worst.toExponential(2)}.`
+        : `Not every row sums to 1: the largest |Σ row − 1| is ${worst.toExponential(2)}, because an ` +
+          "intervention set these weights after the softmax.";
     } else $("rowsum-line").textContent = "";
 
     geom = {x0, y0, cw, ch, rows, cols};
