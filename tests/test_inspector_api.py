@@ -366,6 +366,10 @@ BAD = [
                                                  "value": 1e7}}, "value"),
     ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 0, "head": 0, "value": 2.0}},
      "takes no name, row, col or value"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "attn.softmax", "head": 0,
+                                                 "row": 0, "col": 1, "value": 0.5}}, "is a future key, masked"),
+    ("snapshot", {"prompt": PROMPT, "name": "mlp.act", "layer": 1, "intervention": {
+        "kind": "edit", "layer": 0, "name": "attn_norm.rms", "row": 0, "col": 0, "value": 0.0}}, "non-finite"),
     ("snapshot", [1, 2, 3], "JSON object"),
 ]
 

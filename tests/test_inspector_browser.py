@@ -505,7 +505,8 @@ def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
         page.keyboard.press(key)
     assert page.get_attribute("#readout", "data-row") == "2" and page.get_attribute("#readout", "data-col") == "1"
     page.keyboard.press("e")
-    assert page.evaluate("() => document.activeElement.id") == "iv-value"
+    page.wait_for_function("() => document.activeElement.id === 'iv-value'")   # after the edit is applied as is
+    idle(page)
     assert page.is_checked("input[name=iv][value=edit]")
     page.fill("#iv-value", "0.9")
     page.press("#iv-value", "Enter")
@@ -527,6 +528,32 @@ def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
     np.testing.assert_allclose(got, softmax64(ref.get("logits")[-1], 1.0), rtol=1e-12, atol=1e-300)
     assert "layers.2.attn.softmax, head 3, cell (2, 1) set to 0.9" in page.inner_text("#iv-summary")
     assert page.inner_text("#rowsum-line").startswith("Not every row sums to 1")   # row 2 no longer does
+
+    # With the mouse: a click picks the cell; crossing others on the way to the button does not change it.
+    page.check("input[name=iv][value=none]")
+    idle(page)
+    at = page.evaluate("() => window.glass.heatmap.cellCenter(3, 2)")
+    page.locator("#heatmap").click(position=at)
+    for i, j in [(3, 3), (1, 1), (0, 0)]:
+        page.locator("#heatmap").hover(position=page.evaluate(f"() => window.glass.heatmap.cellCenter({i}, {j})"))
+    assert page.inner_text("#edit-cell") == "Edit cell (3, 2)"
+    page.click("#edit-cell")
+    page.wait_for_function("() => document.activeElement.id === 'iv-value'")
+    idle(page)
+    assert page.inner_text("#iv-cell").startswith("layers.2.attn.softmax, head 3, cell (3, 2)")
+    # Under another intervention, "was" is the number without it (the edit replaces it).
+    page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 1, head: 0})")
+    idle(page)
+    page.locator("#heatmap").click(position=at)
+    page.click("#edit-cell")
+    page.wait_for_function("() => window.glass.state.intervention.kind === 'edit'")
+    idle(page)
+    plain = traced(model, ids).get("attn.softmax", layer=2, head=3)[3, 2]
+    assert page.inner_text("#iv-cell").endswith(f"was {float(plain)!r}")
+    assert page.evaluate("() => window.glass.state.intervention.kind") == "edit"
+    # A future key cannot be edited: masked by rule.
+    page.locator("#heatmap").click(position=page.evaluate("() => window.glass.heatmap.cellCenter(0, 3)"))
+    assert page.is_disabled("#edit-cell")
 
     # A gradient view cannot be edited; the button says so by being off.
     page.evaluate("() => window.glass.select({grad: true})")

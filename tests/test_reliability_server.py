@@ -466,10 +466,14 @@ def test_an_address_that_cannot_be_listened_on_is_one_line_before_uvicorn_starts
                          "--port", str(port), "--no-browser"])
             err = capsys.readouterr().err
             assert code == 2 and err.count("\n") == 1 and words in err and "warning" not in err, err
+    # Without --port, only a port in use moves to another port: a bad host is still one line.
+    code = main(["inspect", "hi", "--model", str(env.root / "tiny.safetensors"), "--host", "", "--no-browser"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "the host is empty" in err, err
 
 
-def test_the_default_port_taken_falls_back_to_a_free_one_quietly(env, monkeypatch, capsys):
-    """``glassllm inspect`` without --port tries 8765, then any free port, with nothing on stderr."""
+def test_the_default_port_taken_falls_back_to_a_free_one_and_says_so(env, monkeypatch, capsys):
+    """``glassllm inspect`` without --port tries 8765, then any free port, saying so in one line on stderr."""
     import socket
 
     from glassllm.cli import main

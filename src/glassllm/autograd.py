@@ -433,11 +433,12 @@ def rpow(base: float, a) -> Tensor:
     """``base ** a`` for a constant (non-tensor) base: d/da = base ** a * ln(base).
 
     A zero base gives a zero gradient where ``a >= 0`` (where 0 ** a is flat or
-    jumps, as PyTorch defines it); a negative base gives NaN where ``a`` is not
-    an integer, in the value and in the gradient.
+    jumps, as PyTorch defines it). A negative base gives a NaN value where ``a``
+    is not an integer, and a NaN gradient everywhere (ln of a negative number),
+    as in PyTorch.
     """
     a = _as_tensor(a)
-    if isinstance(base, Tensor) or not np.isscalar(base) or isinstance(base, (str, bytes, bool)):
+    if isinstance(base, (Tensor, str, bytes, bool, np.bool_)) or not np.isscalar(base):
         raise TypeError(f"rpow takes a scalar base, got {type(base).__name__}")
     base = float(base)
     out = np.power(a.dtype.type(base), a.data) if a.dtype.kind == "f" else np.power(base, a.data)

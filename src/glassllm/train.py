@@ -783,17 +783,18 @@ def add_cli(name: str, parser) -> None:
     parser.set_defaults(func=_train_cli)
 
 
-def add_config_options(group, cls, skip=()) -> None:
+def add_config_options(group, cls, skip=(), ignored=None) -> None:
     """One option per field of TrainConfig or ModelConfig (``--batch-size`` ...), described and with its default.
 
     Values land in ``args.train_<field>`` or ``args.model_<field>`` (None when not given: see :func:`_given`).
-    The PyTorch twin's command line (``glassllm.torch.train_ddp``) shares them.
+    The PyTorch twin's command line (``glassllm.torch.train_ddp``) shares them; ``ignored`` maps the fields
+    it accepts without using to the help that says so.
     """
     prefix, helps = ("train_", _TRAIN_HELP) if cls is TrainConfig else ("model_", _MODEL_HELP)
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
-        text = helps[field.name]
+        text = (ignored or {}).get(field.name, helps[field.name])
         choices = _CHOICES.get(field.name)
         group.add_argument("--" + field.name.replace("_", "-"), dest=prefix + field.name,
                            type=_field_type(field.default), default=None, choices=choices,

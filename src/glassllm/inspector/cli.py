@@ -96,7 +96,7 @@ def _cli(args) -> int:
 
 
 def _serve(inspector, prompt: str, args) -> int:
-    from .server import Server, create_app, is_loopback
+    from .server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
     app = create_app(inspector, loopback_only=loopback, prompt=prompt)
@@ -106,7 +106,7 @@ def _serve(inspector, prompt: str, args) -> int:
         try:
             server = Server(app, args.host, port).start()
             break
-        except ValueError:
+        except PortInUse:
             if i == len(ports) - 1:
                 raise
             print(f"port {port} is taken; serving on a free port instead (--port chooses one)", file=sys.stderr)

@@ -25,6 +25,7 @@ arrays that are already computed. Decoding steps come from
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 from collections import OrderedDict
 
@@ -311,6 +312,11 @@ class Inspector:
         if iv.row >= rows or iv.col >= cols:
             raise ValueError(f"intervention 'edit': cell ({iv.row}, {iv.col}) is outside {iv.name!r}, "
                              f"which is {rows} x {cols} for this prompt")
+        if iv.name in ("attn.scores", "attn.softmax") and iv.col > iv.row:
+            # The prompt's pass has no cache and no padding: key j is query i's future when j > i.
+            raise ValueError(f"intervention 'edit': cell ({iv.row}, {iv.col}) of {iv.name!r} is a future key, "
+                             "masked by rule (its weight is 0 whatever the score); switch the mask off with "
+                             "'mask_off' to let queries read the future")
 
     def _finished(self, ids: list[int], step: int, run: _Run) -> str | None:
         """Why greedy decoding cannot take a step after pass ``step`` (None if it can)."""
@@ -416,18 +422,27 @@ def _edits(iv: Intervention | None) -> list:
 
 
 def _trace_prompt(model, ids, iv, grad, target) -> _Run:
-    """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot."""
+    """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot.
+
+    ValueError if the logits are not finite: only an edit (a number set by hand, e.g. an rms of 0) can do that.
+    """
     from ..trace import trace
 
     tokens = np.array(ids)                                               # (n,)
-    if not grad:
-        t = trace(model, tokens, interventions=_edits(iv))
-        return _Run(t, 0, list(ids), None)
-    # Cross-entropy only at the last position: every other target is ignored (-100).
-    targets = np.full(len(ids), -100)
-    targets[-1] = target
-    t = trace(model, tokens, targets=targets, interventions=_edits(iv))
-    return _Run(t, 0, list(ids), target)
+    edit = iv is not None and iv.kind == "edit"
+    with np.errstate(all="ignore") if edit else contextlib.nullcontext():   # overflow is refused below instead
+        if not grad:
+            run = _Run(trace(model, tokens, interventions=_edits(iv)), 0, list(ids), None)
+        else:
+            # Cross-entropy only at the last position: every other target is ignored (-100).
+            targets = np.full(len(ids), -100)
+            targets[-1] = target
+            run = _Run(trace(model, tokens, targets=targets, interventions=_edits(iv)), 0, list(ids), target)
+    if not np.isfinite(run.logits).all():
+        raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
+                         f"{_shown(iv.name) if edit else iv.kind} = {iv.value if edit else ''} is outside what "
+                         "the model can compute with (an rms of 0 divides by zero)")
+    return run
 
 
 def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:

@@ -228,9 +228,9 @@ class Server:
         """
         import time
 
-        problem = _bind_problem(self.host, self.config.port)
+        problem, in_use = _bind_problem(self.host, self.config.port)
         if problem:
-            raise ValueError(problem)
+            raise (PortInUse if in_use else ValueError)(problem)
         self.thread = threading.Thread(target=self.server.run, name="glassllm-inspector", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + timeout
@@ -256,21 +256,27 @@ class Server:
         self.stop()
 
 
-def _bind_problem(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be listened on, in one line (None if it can, as far as a test bind shows)."""
+class PortInUse(ValueError):
+    """The port is taken by another program (the one bind failure where another port would do)."""
+
+
+def _bind_problem(host: str, port: int) -> tuple[str | None, bool]:
+    """Why ``host:port`` cannot be listened on, in one line (None if it can, as far as a test bind shows),
+    and whether the reason is that the port is in use."""
+    import errno
     import socket
 
     if not host.strip():
-        return "the host is empty: give an address such as 127.0.0.1"
+        return "the host is empty: give an address such as 127.0.0.1", False
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as e:
-        return f"host {host!r} is not an address or a name this machine can resolve ({e.strerror})"
+        return f"host {host!r} is not an address or a name this machine can resolve ({e.strerror})", False
     with socket.socket(family, kind, proto) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does
         try:
             s.bind(address)
         except OSError as e:
-            return f"the inspector cannot listen on {host}:{port}: {e.strerror}"
-    return None
+            return f"the inspector cannot listen on {host}:{port}: {e.strerror}", e.errno == errno.EADDRINUSE
+    return None, False

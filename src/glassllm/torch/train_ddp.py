@@ -336,8 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="where token ids are cached (default: OUT/cache)")
     p.add_argument("--backend", default="auto", help="auto (NCCL with GPUs, else gloo), gloo or nccl")
     p.add_argument("--no-progress", action="store_true", help="no log lines")
-    # The same options as `glassllm train`, minus its worker threads (here processes, torchrun's, are the parallelism).
-    add_config_options(p.add_argument_group("training (TrainConfig)"), TrainConfig, skip=("workers",))
+    # The same options as `glassllm train`, minus its worker threads (here processes, torchrun's, are the
+    # parallelism); its evaluation options are accepted, so that one command line serves both, and ignored.
+    no_eval = "ignored: the twin does not evaluate (measure its model with glassllm eval)"
+    add_config_options(p.add_argument_group("training (TrainConfig)"), TrainConfig, skip=("workers",),
+                       ignored={"eval_every": no_eval, "eval_windows": no_eval})
     add_config_options(p.add_argument_group("model (ModelConfig)"), ModelConfig)
     return p
 

@@ -228,6 +228,7 @@
     });
     const canvas = $("heatmap");
     canvas.addEventListener("mousemove", onHover);
+    canvas.addEventListener("click", onCellClick);   // a click picks the cell (for editing), as the arrow keys do
     canvas.addEventListener("mouseleave", hideCell);
     canvas.addEventListener("keydown", onCellKey);   // the canvas takes the focus (tabindex 0): arrows walk its cells
     canvas.addEventListener("blur", hideCell);
@@ -295,7 +296,8 @@
         if (text !== state.prompt) state.target = null;
         if (text !== state.prompt && editing) {              // an edited cell belongs to the prompt it was picked in
           editing = null;
-          $("iv-cell").textContent = "Pick a cell of the heatmap, then press E or “Edit this cell”.";
+          $("iv-cell").textContent = "Pick a cell of the heatmap (click it, or Tab to it and use the arrow " +
+            "keys), then press E or “Edit cell”.";
           state.intervention = readIntervention();
         }
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
@@ -360,6 +362,7 @@
           `${body.head !== undefined ? ` · head ${body.head}` : ""}: not shown`;
         $("view-shape").textContent = "the greyed-out heatmap below is the previous view";
         $("heatmap-wrap").classList.add("stale");
+        updateEditButton();
       }
     });
   }
@@ -558,6 +561,8 @@
     } else $("rowsum-line").textContent = "";
 
     geom = {x0, y0, cw, ch, rows, cols};
+    if (cursor) showReadout(cursor.i, cursor.j);   // a cell picked before, read again in this view
+    updateEditButton();
     glass.heatmap = {
       name: r.name, local: r.local, layer: r.layer, head: r.head, grad: r.grad, step: r.step,
       rows, cols, n: r.n, m: r.m, start: r.start, axes: r.axes, values: data, masked: mask,
@@ -651,13 +656,24 @@
     $("cell-outline").hidden = true;
   }
 
-  function onHover(ev) {
-    if (!geom || !current) return;
+  // The cell under the mouse, or null.
+  function cellAt(ev) {
+    if (!geom || !current) return null;
     const b = $("heatmap").getBoundingClientRect();
-    const x = ev.clientX - b.left - geom.x0, y = ev.clientY - b.top - geom.y0;
-    const j = Math.floor(x / geom.cw), i = Math.floor(y / geom.ch);
-    if (i < 0 || j < 0 || i >= geom.rows || j >= geom.cols) { hideCell(); return; }
-    showCell(i, j, ev.clientX, ev.clientY);
+    const j = Math.floor((ev.clientX - b.left - geom.x0) / geom.cw), i = Math.floor((ev.clientY - b.top - geom.y0) / geom.ch);
+    return i < 0 || j < 0 || i >= geom.rows || j >= geom.cols ? null : {i, j};
+  }
+
+  // Hovering shows a cell's value; it does not pick the cell (the mouse crosses many on its way to a button).
+  function onHover(ev) {
+    const at = cellAt(ev);
+    if (!at) { hideCell(); return; }
+    showCell(at.i, at.j, ev.clientX, ev.clientY, false);
+  }
+
+  function onCellClick(ev) {
+    const at = cellAt(ev);
+    if (at) showCell(at.i, at.j, ev.clientX, ev.clientY, true);
   }
 
   // With the heatmap focused: arrows move one cell, Home / End go to the row's first / last cell,
@@ -680,21 +696,18 @@
     const i = Math.min(Math.max(to.i, 0), last.i), j = Math.min(Math.max(to.j, 0), last.j);
     const b = $("heatmap").getBoundingClientRect();
     const centre = glass.heatmap.cellCenter(i, j);
-    showCell(i, j, b.left + centre.x, b.top + centre.y);
+    showCell(i, j, b.left + centre.x, b.top + centre.y, true);
     // A wide grid scrolls sideways in its frame: keep the cell in sight.
     const wrap = $("heatmap-wrap"), left = geom.x0 + j * geom.cw;
     if (left < wrap.scrollLeft || left + geom.cw > wrap.scrollLeft + wrap.clientWidth) {
       wrap.scrollLeft = Math.max(0, left - wrap.clientWidth / 2);
-      showCell(i, j, $("heatmap").getBoundingClientRect().left + centre.x, b.top + centre.y);
+      showCell(i, j, $("heatmap").getBoundingClientRect().left + centre.x, b.top + centre.y, true);
     }
   }
 
-  // Show cell (i, j)'s exact value: tooltip next to the viewport point (cx, cy), outline, and the readout line
-  // (a live region, so a screen reader announces it).
-  function showCell(i, j, cx, cy) {
-    cursor = {i, j};
+  // Cell (i, j) of the current view in words: {where, exact, masked}.
+  function describeCell(i, j) {
     const r = current;
-    const v = r.data[i * geom.cols + j];
     const masked = r.mask ? !!r.mask[i * geom.cols + j] : false;
     const rowTxt = r.rows.length ? `${r.axes[0] === "m" ? "key" : (r.col_kind === "token" ? "query" : "position")} ` +
       `${r.row_pos[i]} ${JSON.stringify(r.rows[i])}` : `row ${i}`;
@@ -703,10 +716,24 @@
     else if (r.col_kind === "vocab") colTxt = `id ${j} "${info.vocab[j]}"`;
     else if (r.col_kind === "none") colTxt = "";
     else colTxt = `${r.axes[1]} ${j}`;
-    const exact = String(v);
+    return {where: colTxt ? `${rowTxt} → ${colTxt}` : rowTxt, exact: String(r.data[i * geom.cols + j]), masked};
+  }
+
+  function showReadout(i, j) {
+    const c = describeCell(i, j), ro = $("readout");
+    ro.textContent = `${c.where}: ${c.exact}${c.masked ? " (masked)" : ""}`;
+    ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = c.exact;
+  }
+
+  // Show cell (i, j)'s exact value: tooltip next to the viewport point (cx, cy), outline, and the readout line
+  // (a live region, so a screen reader announces it). ``pick``: the arrow keys or a click chose this cell
+  // (the one "Edit cell" sets); hovering only shows it.
+  function showCell(i, j, cx, cy, pick) {
+    if (pick) cursor = {i, j};
+    const {where, exact, masked} = describeCell(i, j);
     const tip = $("tooltip");
     tip.replaceChildren(
-      el("div", {class: "small muted"}, colTxt ? `${rowTxt} → ${colTxt}` : rowTxt),
+      el("div", {class: "small muted"}, where),
       el("div", {class: "mono big"}, exact),
     );
     if (masked) tip.append(el("div", {class: "small"}, "masked: this key is in the query's future"));
@@ -722,10 +749,8 @@
     box.style.top = c.offsetTop + geom.y0 + i * geom.ch - 1 + "px";
     box.style.width = geom.cw + 2 + "px"; box.style.height = geom.ch + 2 + "px";
     box.hidden = false;
-    const ro = $("readout");
-    ro.textContent = `${colTxt ? rowTxt + " → " + colTxt : rowTxt}: ${exact}${masked ? " (masked)" : ""}`;
-    ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = exact;
-    $("edit-cell").disabled = !editable(r);
+    showReadout(i, j);
+    updateEditButton();
   }
 
   // ------------------------------------------------------------------ editing one number
@@ -739,14 +764,34 @@
       r.local !== "attn.mask";
   }
 
-  function editCell() {
+  // The button names the picked cell, and is off when that cell cannot be set: a gradient, a decoding
+  // step, the mask, a view that failed to load, or a future key of the scores or weights (masked by rule).
+  function updateEditButton() {
+    const b = $("edit-cell"), r = current;
+    const stale = $("heatmap-wrap").classList.contains("stale");
+    const masked = !!cursor && !!r && !!r.mask && !!r.mask[cursor.i * geom.cols + cursor.j];
+    b.disabled = !cursor || !editable(r) || stale || masked;
+    b.textContent = cursor ? `Edit cell (${cursor.i}, ${cursor.j})` : "Edit this cell";
+  }
+
+  async function editCell() {
     const r = current;
-    if (!cursor || !editable(r)) return;
-    const was = r.data[cursor.i * geom.cols + cursor.j];
-    editing = {name: r.local, layer: r.layer, head: r.head_axis ? r.head : null, row: cursor.i, col: cursor.j, was};
+    if (!cursor || $("edit-cell").disabled) return;
+    const {i, j} = cursor;
+    let was = r.data[i * geom.cols + j];
+    if (state.intervention) {
+      // The view shows the numbers under the current intervention; the edit replaces it, so ask for the plain one.
+      const body = snapshotBody();
+      delete body.intervention;
+      try {
+        const plain = await ask("snapshot", body);
+        was = decode(plain.values)[i * plain.shape[1] + j];
+      } catch (e) { /* keep the shown number */ }
+    }
+    editing = {name: r.local, layer: r.layer, head: r.head_axis ? r.head : null, row: i, col: j, was};
     document.querySelector("input[name=iv][value=edit]").checked = true;
     $("iv-value").value = String(was);
-    readIntervention();
+    await onIntervention();   // applied at once (to the number it had: nothing moves yet), so page and panel agree
     $("iv-value").focus();
     $("iv-value").select();
   }
@@ -833,6 +878,9 @@
         drawStepLine(r);
       } catch (e) {
         $("next-where").textContent = e.message;
+        if (nextData) nextData.after = null;          // no stale before/after under a refused intervention
+        $("iv-bars").replaceChildren();
+        $("iv-summary").textContent = state.intervention ? `Not applied: ${e.message}` : "";
       }
     });
   }
@@ -1008,7 +1056,9 @@
       const value = Number($("iv-value").value);
       if (!editing) return null;
       $("iv-cell").textContent = `${cellText(editing)}: was ${editing.was}`;
-      if ($("iv-value").value.trim() === "" || !Number.isFinite(value)) return null;
+      const ok = $("iv-value").value.trim() !== "" && Number.isFinite(value) && Math.abs(value) <= 1e6;
+      $("iv-value-note").textContent = ok ? "" : "type a number between −1,000,000 and 1,000,000";
+      if (!ok) return null;
       const iv = {kind, layer: editing.layer, name: editing.name, row: editing.row, col: editing.col, value};
       if (editing.head !== null) iv.head = editing.head;
       return iv;
@@ -1023,8 +1073,10 @@
     const kind = iv ? iv.kind : "none";
     document.querySelector(`input[name=iv][value=${kind}]`).checked = true;
     if (iv && iv.kind === "edit") {
+      const same = editing && editing.name === iv.name && editing.layer === iv.layer &&
+        editing.head === (iv.head ?? null) && editing.row === iv.row && editing.col === iv.col;
       editing = {name: iv.name, layer: iv.layer, head: iv.head ?? null, row: iv.row, col: iv.col,
-                 was: editing && editing.name === iv.name ? editing.was : "?"};
+                 was: same ? editing.was : "?"};
       $("iv-value").value = String(iv.value);
     } else if (iv) {
       $("iv-layer").value = String(iv.layer);
