@@ -905,11 +905,11 @@ def test_plot_draws_the_snapshot_itself_with_the_mask_and_the_tokens(tiny_model)
     assert [x.get_text() for x in ax.get_xticklabels()] == [f"'t{i}' {k}" for k, i in enumerate(ids)]
     assert ax.get_ylabel() == "query position" and ax.get_title() == f"layers.1.attn.softmax · head {H - 1}"
 
-    # Signed values: a scale symmetric around 0; a (n,) snapshot is one row.
+    # Signed values: a scale symmetric around 0; a (n,) snapshot is one column.
     image = t.plot("layers.0.resid_post", ax=plt.subplots()[1])
     top = np.abs(t.get("layers.0.resid_post")).max()
     assert image.get_clim() == (-top, top) and not image.get_array().mask.any()
-    assert t.plot("attn_norm.rms", layer=1, ax=plt.subplots()[1]).get_array().shape == (1, 6)
+    assert t.plot("attn_norm.rms", layer=1, ax=plt.subplots()[1]).get_array().shape == (6, 1)
 
     # With the mask switched off (and recorded), nothing is marked forbidden.
     off = trace(tiny_model, ids, names=["layers.0.attn.softmax", "layers.0.attn.mask"], interventions=[MaskOff(0)])

@@ -48,8 +48,8 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     axes = list(trace.axes[full])
     if head is not None:
         axes.pop(_head_axis(full, trace.axes[full]))
-    if values.ndim == 1:                                                 # (n,), e.g. a norm's rms: one row
-        values, axes = values[None], [None, *axes]
+    if values.ndim == 1:                                  # (n,), e.g. a norm's rms: one column, as the inspector shows it
+        values, axes = values[:, None], [*axes, None]
     if values.ndim != 2:
         which = ", ".join(a for a in trace.axes[full])
         raise ValueError(f"{full!r} has axes ({which}): pass head= to plot one matrix of it")
