@@ -26,7 +26,6 @@ G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
 from __future__ import annotations
 
 import builtins
-import math
 from contextlib import contextmanager
 
 import numpy as np
