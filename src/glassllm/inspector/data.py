@@ -131,6 +131,11 @@ class Inspector:
             raise ValueError(f"layer {layer} is out of range: this model has layers 0..{L - 1}")
         return f"layers.{layer}.{name}"
 
+    def _heads(self, axes) -> tuple[str | None, int]:
+        """A snapshot's head axis ("H" query heads, "G" key/value heads, or None) and how many heads it has."""
+        head_axis = next((a for a in axes if a in HEAD_AXES), None)
+        return head_axis, {"H": self.config.n_heads, "G": self.config.n_kv_heads}.get(head_axis, 0)
+
     # ------------------------------------------------------------------ info
     def info(self) -> dict:
         c = self.config
@@ -138,11 +143,10 @@ class Inspector:
         for local in self.local_names():
             full = local if local in self.axes else f"layers.0.{local}"
             axes = self.axes[full]
-            head_axis = next((a for a in axes if a in HEAD_AXES), None)
+            head_axis, heads = self._heads(axes)
             names.append({
                 "name": local, "axes": list(axes), "in_layer": full.startswith("layers."),
-                "head_axis": head_axis,
-                "heads": {"H": c.n_heads, "G": c.n_kv_heads}.get(head_axis, 0),
+                "head_axis": head_axis, "heads": heads,
                 "group": _group(local),
             })
         return {
@@ -177,8 +181,7 @@ class Inspector:
         """One (rows, cols) slice of a snapshot: see the module docstring."""
         full = self.full_name(req.name, req.layer)
         axes = self.axes[full]
-        head_axis = next((a for a in axes if a in HEAD_AXES), None)
-        heads = {"H": self.config.n_heads, "G": self.config.n_kv_heads}.get(head_axis, 0)
+        head_axis, heads = self._heads(axes)
         if head_axis is None and req.head is not None:
             raise ValueError(f"snapshot {req.name!r} has no head axis (axes {axes}); send head null")
         if head_axis is not None:
@@ -300,8 +303,7 @@ class Inspector:
         if iv.name == "attn.mask":
             raise ValueError("intervention 'edit' cannot set the boolean attn.mask; use 'mask_off'")
         axes = self.axes[full]
-        head_axis = next((a for a in axes if a in HEAD_AXES), None)
-        heads = {"H": self.config.n_heads, "G": self.config.n_kv_heads}.get(head_axis, 0)
+        head_axis, heads = self._heads(axes)
         if head_axis is None and iv.head is not None:
             raise ValueError(f"intervention 'edit': {iv.name!r} has no head axis; send head null")
         if head_axis is not None and (iv.head is None or iv.head >= heads):
@@ -424,7 +426,7 @@ def _edits(iv: Intervention | None) -> list:
 def _trace_prompt(model, ids, iv, grad, target) -> _Run:
     """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot.
 
-    ValueError if the logits are not finite: only an edit (a number set by hand, e.g. an rms of 0) can do that.
+    ValueError if an edit (a number set by hand, e.g. an rms of 0) makes the logits non-finite.
     """
     from ..trace import trace
 
@@ -438,10 +440,10 @@ def _trace_prompt(model, ids, iv, grad, target) -> _Run:
             targets = np.full(len(ids), -100)
             targets[-1] = target
             run = _Run(trace(model, tokens, targets=targets, interventions=_edits(iv)), 0, list(ids), target)
-    if not np.isfinite(run.logits).all():
+    if edit and not np.isfinite(run.logits).all():
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
-                         f"{_shown(iv.name) if edit else iv.kind} = {iv.value if edit else ''} is outside what "
-                         "the model can compute with (an rms of 0 divides by zero)")
+                         f"{_shown(iv.name)} = {iv.value} is outside what the model can compute with "
+                         "(an rms of 0 divides by zero)")
     return run
 
 
