@@ -386,10 +386,8 @@ def _cli(args) -> int:
     else:
         path = args.model
     # The library's checks name its parameters; a command-line user typed flags.
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be an int >= 0, got {args.seed}")
+    _check_count(args.max_new_tokens, "--max-new-tokens", 1)
+    _check_count(args.seed, "--seed", 0)
     check_temperature(args.temperature, "--temperature")
     check_top_p(args.top_p, "--top-p")
     model, tokenizer, _ = load_model(path)

@@ -741,7 +741,7 @@ _MODEL_HELP = {
 
 
 # Fields whose values are names: argparse lists them in --help and refuses others in its own words.
-_CHOICES = {"repeat_tokens": ("text", "random"), "dtype": ("float32", "float64")}
+_CHOICES = {"repeat_tokens": REPEAT_TOKENS, "dtype": tuple(_DTYPES)}
 
 
 def _field_type(default):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..nn import causal_mask
 from .registry import _head_axis
 
 # Axis letters as words, for the labels (the shape legend of glassllm.trace).
@@ -54,7 +55,8 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
         which = ", ".join(a for a in trace.axes[full])
         raise ValueError(f"{full!r} has axes ({which}): pass head= to plot one matrix of it")
 
-    masked = _forbidden(trace, full, s) if axes == ["n", "m"] else None
+    attention = axes == ["n", "m"]
+    masked = _forbidden(trace, full, s) if attention else None
     data = np.ma.masked_array(values.astype(np.float64), mask=masked if masked is not None else False)
     if ax is None:
         ax = plt.figure(figsize=(6.4, 5.2), constrained_layout=True).add_subplot()
@@ -66,7 +68,6 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
         top = float(np.abs(data).max()) if data.count() else 0.0
         scale, low, high = "RdBu_r", -(top or 1.0), top or 1.0
     # Masked entries take the colour map's "bad" colour: forbidden cells are 0 by rule, not by the model's choice.
-    attention = axes == ["n", "m"]
     image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
                       interpolation="nearest", aspect="equal" if attention else "auto")
 
@@ -89,8 +90,7 @@ def _forbidden(trace, full: str, s) -> np.ndarray | None:
 
     The recorded ``attn.mask`` of the layer, when the trace holds it (after any
     intervention, e.g. :class:`MaskOff`); else, for a trace without
-    interventions, the model's rule: key j is forbidden to query i when
-    j > start + i or j is left padding.
+    interventions, the model's rule: the causal mask, and the left padding.
     """
     layer = full.split(".")[1] if full.startswith("layers.") else None
     mask_name = f"layers.{layer}.attn.mask"
@@ -98,8 +98,7 @@ def _forbidden(trace, full: str, s) -> np.ndarray | None:
         return np.asarray(s.values[mask_name], dtype=bool)
     if trace.interventions:
         return None
-    keys = np.arange(s.m)[None, :]
-    return (keys > s.start + np.arange(s.n)[:, None]) | (keys < s.pad)
+    return causal_mask(s.n, s.m, s.start) | (np.arange(s.m)[None, :] < s.pad)
 
 
 def _pieces(tokenizer, ids, first: int) -> list[str]:
