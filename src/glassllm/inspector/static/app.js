@@ -296,8 +296,7 @@
         if (text !== state.prompt) state.target = null;
         if (text !== state.prompt && editing) {              // an edited cell belongs to the prompt it was picked in
           editing = null;
-          $("iv-cell").textContent = "Pick a cell of the heatmap (click it, or Tab to it and use the arrow " +
-            "keys), then press E or “Edit cell”.";
+          $("iv-cell").textContent = pickHint;
           state.intervention = readIntervention();
         }
         state.prompt = text; state.ids = t.ids; state.pieces = t.pieces; state.step = 0;
@@ -756,6 +755,7 @@
   // ------------------------------------------------------------------ editing one number
   // The cell being edited: {name, layer, head, row, col, was}, fixed when "Edit this cell" is pressed.
   let editing = null;
+  const pickHint = $("iv-cell").textContent;   // the page's own words for "no cell picked yet"
 
   // Numbers inside the blocks, of the prompt's pass, can be set (not gradients, not the boolean mask).
   // Offline, no new forward pass can run: only the live inspector edits.
