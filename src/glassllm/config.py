@@ -11,8 +11,10 @@ Choices made here (documented because the spec leaves them open):
   16-token prompt plus 256 new tokens (the decoding benchmark) and for the
   inspector to step far past a prompt. RoPE has no learned positions, so the
   context is a limit of the KV cache, not of a table of weights.
-- ``ffn_dim = 352``: LLaMA's rule, 8/3 x C rounded up to a multiple of 32. Three
-  matrices of 8/3 C keep the parameter count of a 4 x C two-matrix MLP.
+- ``ffn_dim = 352``: LLaMA's rule, 8/3 x C rounded up to a multiple of
+  ``multiple_of`` -- 32 here, for a width of 128 (Meta's code uses 256, which
+  would give 512). Three matrices of 8/3 C keep the parameter count of a
+  4 x C two-matrix MLP.
 - ``norm_eps = 1e-5`` (LLaMA 2), ``rope_theta = 10000`` (the RoPE paper).
 """
 
