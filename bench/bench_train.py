@@ -7,7 +7,13 @@ backward, clipping to global norm 1.0, AdamW (decay 0.1 on matrices only) --
 - ``glassllm``: :func:`glassllm.train.train_step` with :class:`glassllm.optim.AdamW`;
 - ``torch_eager`` / ``torch_sdpa``: the tests' independent PyTorch LLaMA
   (``tests/torch_reference.py``; spelled-out or fused attention) with the same
-  weights, ``torch.optim.AdamW`` (two param groups) and ``clip_grad_norm_``.
+  weights, ``torch.optim.AdamW`` (two param groups) and ``clip_grad_norm_``;
+- with ``--hand`` (1 thread only): ``numpy_hand``, the same step hand-written
+  in NumPy with no autograd (:mod:`numpy_step`, dense causal attention), and
+  ``numpy_hand_tiled``, the same with glassllm's tiled attention kernel in
+  place of the dense one. The first is the program issue #10 cites as the
+  floor; glassllm over the second is what the autograd engine and the
+  modules cost.
 
 Every step draws a fresh batch from one seeded :class:`~glassllm.data.WindowSampler`
 per implementation over the same random token stream. Per thread count (numpy's
@@ -50,7 +56,7 @@ def model_config(dim: int):
                        ffn_dim=ModelConfig.llama_ffn_dim(dim))
 
 
-def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1):
+def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1, hand: bool = False):
     """name -> zero-argument function doing one full training step and returning its loss.
 
     With ``threads`` > 1, ``glassllm`` shares each batch's rows out among that many
@@ -113,6 +119,14 @@ def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1):
             return loss.item()
 
         steps[name] = torch_step
+    if hand and threads == 1:
+        from numpy_step import NumpyStep
+
+        for name, attention in (("numpy_hand", "dense"), ("numpy_hand_tiled", "tiled")):
+            floor = NumpyStep(model.state_dict(), config, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
+                              weight_decay=tc.weight_decay, grad_clip=tc.grad_clip, attention=attention)
+            batches = sampler()
+            steps[name] = lambda floor=floor, batches=batches: floor.step(*batches.next_batch())[0]
     return config, model, steps
 
 
@@ -140,6 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dim", type=int, default=128,
                         help="model width (default config at 128; otherwise heads of 32, LLaMA's MLP width)")
+    parser.add_argument("--hand", action="store_true",
+                        help="also time the hand-written NumPy step (bench/numpy_step.py), at 1 thread")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_train.json"))
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
@@ -157,7 +173,7 @@ def main(argv=None) -> int:
     results = []
     for k in threads:
         # Fresh models per thread count, so every count times the same steps of the same run.
-        config, model, steps = build(args.batch, args.seq, args.seed, args.dim, threads=k)
+        config, model, steps = build(args.batch, args.seq, args.seed, args.dim, threads=k, hand=args.hand)
         if not results:
             print(f"training step (AdamW, clip 1.0), width {config.dim} ({model.num_params():,} params), "
                   f"batch {args.batch} x {args.seq}, float32, {args.repeats} interleaved rounds, "
@@ -170,13 +186,13 @@ def main(argv=None) -> int:
         row = {
             "threads": k, "median_s": med, "min_s": {n: min(ts) for n, ts in times.items()}, "all_s": times,
             "tokens_per_s": tps,
-            "speed_glassllm_over": {n: tps["glassllm"] / tps[n] for n in tps if n.startswith("torch")},
+            "speed_glassllm_over": {n: tps["glassllm"] / tps[n] for n in tps if n.startswith(("torch", "numpy"))},
             "last_loss": losses,
         }
         results.append(row)
         print(f"\n{k} thread{'s' if k > 1 else ''}:")
         for name in med:
-            print(f"  {name:12s} median {med[name] * 1e3:8.1f} ms   {tps[name]:9.0f} tokens/s")
+            print(f"  {name:16s} median {med[name] * 1e3:8.1f} ms   {tps[name]:9.0f} tokens/s")
         for name, ratio in row["speed_glassllm_over"].items():
             print(f"  glassllm tokens/s / {name} tokens/s = {ratio:.2f}")
         print("  losses after the timed steps: " + ", ".join(f"{n} {v:.4f}" for n, v in losses.items()))
