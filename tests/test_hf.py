@@ -445,6 +445,21 @@ def _wordpiece(d: Path):
     (d / "tokenizer.json").write_text(json.dumps(doc))
 
 
+def _tokenizer_case(edit):
+    def mutate(d: Path):
+        doc = json.loads((d / "tokenizer.json").read_text())
+        edit(doc)
+        (d / "tokenizer.json").write_text(json.dumps(doc))
+    return mutate
+
+
+def _first_vocab_id(value):
+    def edit(doc):
+        token = next(iter(doc["model"]["vocab"]))
+        doc["model"]["vocab"][token] = value
+    return edit
+
+
 @pytest.mark.parametrize("mutate, needle", [
     (_remove("config.json"), "no config.json"),
     (_config_case(model_type="gpt2", architectures=["GPT2LMHeadModel"]), "model_type='gpt2'"),
@@ -461,9 +476,16 @@ def _wordpiece(d: Path):
     (_pickled_only, "pickled"),
     (_remove("model.safetensors"), "no model.safetensors"),
     (_wordpiece, "model.type='WordPiece'"),
+    (_config_case(tie_word_embeddings="false"), "tie_word_embeddings='false'"),
+    (_config_case(num_key_value_heads=0), "n_kv_heads must be >= 1, got 0"),
+    (_tokenizer_case(lambda doc: doc.update(decoder=["ByteLevel"])), "decoder='list'"),
+    (_tokenizer_case(lambda doc: doc.update(post_processor="ByteLevel")), "post_processor='str'"),
+    (_tokenizer_case(lambda doc: doc.update(added_tokens={"id": 5})), "added_tokens='dict'"),
+    (_tokenizer_case(_first_vocab_id("x")), "='x' is not supported; expected an int id"),
 ], ids=["no-config", "not-llama", "no-tokenizer", "vocab-mismatch", "attention-bias", "mlp-bias",
         "head-dim", "rope-scaling", "rope-type", "activation", "bias-tensor", "pickle", "no-weights",
-        "wordpiece"])
+        "wordpiece", "tied-as-text", "no-kv-heads", "decoder-list", "post-processor-str", "added-dict",
+        "vocab-id-str"])
 def test_bad_folders_get_one_clear_line(good_folder, tmp_path, capsys, mutate, needle):
     case = _copy(good_folder, tmp_path)
     mutate(case)

@@ -421,3 +421,25 @@ def test_core_imports_pull_in_only_numpy():
     added = {name for name in added if not name.startswith("_")}  # C helpers of the stdlib
     assert not added, f"core modules imported {sorted(added)}"
     assert "numpy" in loaded
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "float16", "bfloat16", "bogus", np.int32, True])
+def test_a_model_computes_in_float32_or_float64_only(dtype, tmp_path):
+    """float16 used to be accepted, then broke inside the forward, and a model saved from it could
+    not be loaded again: every way in now refuses it in one line."""
+    from glassllm.checkpoint import load_model, save_model
+    from glassllm.tokenizer import Tokenizer
+
+    config = ModelConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)
+    words = "dtype must be float32 or float64, got"
+    with pytest.raises(ValueError, match=words):
+        Transformer(config, dtype=dtype)
+    model = Transformer(config)
+    with pytest.raises(ValueError, match=words):
+        model.astype(dtype)
+    assert model.dtype == np.float32
+    path = tmp_path / "m.safetensors"
+    save_model(path, model, Tokenizer.train(["ab"], vocab_size=257))
+    with pytest.raises(ValueError, match=words):
+        load_model(path, dtype=dtype)
+    assert load_model(path, dtype="float64")[0].dtype == np.float64

@@ -324,6 +324,26 @@ API_CASES += [
          ("batch_size", "2.5", "int")),
     Case(A, "parameter of the wrong type", "tok.encode('hi', allowed_special=True)",
          tok_call("encode", "hi", allowed_special=True), ("allowed_special", "bool")),
+    Case(A, "parameter of the wrong type", "generate(model, 5, 'hi')",
+         lambda env: list(__import__("glassllm.generate", fromlist=["x"]).generate(env.model, 5, "hi")),
+         ("tokenizer", "Tokenizer", "int")),
+    Case(A, "parameter of the wrong type", "save_model(path, model, None)",
+         lambda env: __import__("glassllm.checkpoint", fromlist=["x"]).save_model(
+             "never.safetensors", env.model, None), ("tokenizer", "Tokenizer", "NoneType")),
+    Case(A, "parameter of the wrong type", "load_model(path, dtype='float16')",
+         lambda env: __import__("glassllm.checkpoint", fromlist=["x"]).load_model("tiny.safetensors", dtype="float16"),
+         ("dtype", "float32 or float64", "float16")),
+    Case(A, "parameter of the wrong type", "tok.decode({72, 105})", tok_call("decode", {72, 105}),
+         ("ids", "list of ints", "set")),
+    Case(A, "parameter of the wrong type", "sample(probs, rng, size=2.0)",
+         lambda env: __import__("glassllm.sampling", fromlist=["x"]).sample(
+             [0.5, 0.5], np.random.default_rng(0), size=2.0), ("size", "2.0", "int")),
+    Case(A, "parameter of the wrong type", "Temperature(2.0, layers=[0, 0])",
+         traced(interventions=__import__("glassllm.trace", fromlist=["x"]).Temperature(2.0, layers=[0, 0])),
+         ("layer 0", "twice")),
+    Case(A, "parameter of the wrong type", "Edit('embed', to 1e39) in a float32 model",
+         traced(interventions=__import__("glassllm.trace", fromlist=["x"]).Edit(
+             "embed", lambda x: np.full(x.shape, 1e39))), ("embed", "infinite in float32")),
 ]
 
 # -- token ids -------------------------------------------------------------------------

@@ -80,8 +80,12 @@ def test_export_and_import_never_overwrite_their_input(folder, capsys):
     assert code == 0, err
     before = (folder / "hf" / "model.safetensors").read_bytes()
     code, err = run(["import-hf", "hf", "hf/model.safetensors"], capsys)
-    assert code == 2 and "it is the input model.safetensors of 'hf'" in err
+    assert code == 2 and "into the checkpoint folder 'hf' being read" in err
     assert (folder / "hf" / "model.safetensors").read_bytes() == before
+    kept = {p.name: p.read_bytes() for p in (folder / "hf").iterdir()}
+    code, err = run(["import-hf", "hf", "hf/generation_config.json"], capsys)   # any file of the folder
+    assert code == 2 and "into the checkpoint folder" in err
+    assert {p.name: p.read_bytes() for p in (folder / "hf").iterdir()} == kept
     shutil.copy(folder / "tiny.safetensors", folder / "model.safetensors")
     code, err = run(["export", "model.safetensors", "."], capsys)
     assert code == 2 and "is the input file" in err

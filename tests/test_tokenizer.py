@@ -220,6 +220,21 @@ def test_special_tokens_only_when_allowed(tok):
         tok.encode(text, allowed_special=True)
 
 
+@pytest.mark.parametrize("specials, error, words", [
+    (None, TypeError, "special_tokens must be a list or tuple of str (ids follow its order), got NoneType"),
+    ({"<|a|>", "<|b|>"}, TypeError, "got set"),
+    (["<|\ud800|>"], ValueError, "is not valid text (a lone surrogate)"),
+])
+def test_special_tokens_must_be_an_ordered_list_of_text(specials, error, words):
+    with pytest.raises(error) as info:
+        Tokenizer.train(["abab"], vocab_size=260, special_tokens=specials)
+    assert words in str(info.value)
+
+
+def test_a_numpy_int_vocab_size_is_an_int():
+    assert Tokenizer.train(["abab"], vocab_size=np.int64(258)).vocab_size == 258
+
+
 def test_several_special_tokens_take_the_last_ids():
     t = Tokenizer.train(["abab abab"], vocab_size=260, special_tokens=("<|a|>", "<|a|><|b|>"))
     assert t.special_tokens == {"<|a|>": 258, "<|a|><|b|>": 259}

@@ -805,8 +805,8 @@ def test_a_left_padded_row_records_its_padding_and_meanablate_leaves_it_out(tiny
     from_padded, from_alone = MeanAblate(0, 1, padded), MeanAblate(0, 1, alone)
     from_padded.bind(padded.axes, TINY)
     from_alone.bind(alone.axes, TINY)
-    np.testing.assert_allclose(from_padded.mean, from_alone.mean, rtol=1e-10, atol=1e-12)
-    assert np.abs(mix.mean(axis=0) - from_alone.mean).max() > 1e-3    # the padded rows would have moved it
+    np.testing.assert_allclose(from_padded.head_mean, from_alone.head_mean, rtol=1e-10, atol=1e-12)
+    assert np.abs(mix.mean(axis=0) - from_alone.head_mean).max() > 1e-3    # the padded rows would have moved it
 
 
 def test_a_saved_trace_keeps_its_loss_padding_and_intervention_details(tiny_model, tmp_path):
@@ -858,11 +858,20 @@ def test_an_intervention_may_not_change_a_snapshots_dtype(tiny_model):
     (lambda m: tr.snapshot_shape("logits", n=-3), ValueError, "n=-3"),
     (lambda m: tr.snapshot_shape("logits", n=2.5), TypeError, "n must be an int"),
     (lambda m: tr.snapshot_shape("layers.0.attn.scores", n=5, m=2), ValueError, "1 <= n <= m"),
+    (lambda m: tr.snapshot_shape("logits", "tiny"), TypeError, "config must be a ModelConfig or a model, got str"),
+    (lambda m: trace(m, [1, 2], interventions=[MeanAblate(0, 0, None)]), TypeError, "mean must be 8 numbers"),
+    (lambda m: trace(m, [1, 2], interventions=[MeanAblate(0, 0, np.full(TINY.head_dim, np.nan))]), ValueError,
+     "MeanAblate of 'layers.0.attn.mix': the new values are NaN"),
 ])
 def test_arguments_a_user_can_get_wrong_are_named(tiny_model, call, error, match):
     with pytest.raises(error, match=match) as info:
         call(tiny_model)
     assert "\n" not in str(info.value)
+
+
+def test_snapshot_shape_takes_a_model_or_its_config(tiny_model):
+    assert tr.snapshot_shape("layers.1.attn.scores", tiny_model, 3, 5) == \
+        tr.snapshot_shape("layers.1.attn.scores", TINY, 3, 5) == (TINY.n_heads, 3, 5)
 
 
 def test_targets_under_no_grad_are_refused_before_the_forward(tiny_model):
@@ -936,4 +945,86 @@ def test_plot_of_a_gradient_is_symmetric_around_zero(tiny_model):
     top = np.abs(g[~np.triu(np.ones(g.shape, dtype=bool), k=1)]).max()
     assert image.get_clim() == (-top, top)
     np.testing.assert_array_equal(image.get_array().filled(0.0), np.tril(g))
+    plt.close("all")
+
+
+# ----------------------------------------------------------------------------
+# Interventions: values checked in the model's dtype; binding again means the same
+# ----------------------------------------------------------------------------
+
+def test_new_values_that_overflow_the_models_dtype_are_refused():
+    """1e39 is finite in float64 but infinite in float32: an edit, a patch or a mean that would
+    make the model's numbers infinite is a one-line error, not NaN logits."""
+    model = Transformer(TINY, seed=0, dtype=np.float32)
+    ids = tokens_for(TINY, 3)
+    huge = lambda x: np.full(x.shape, 1e39)  # noqa: E731
+    with pytest.raises(ValueError, match=r"Edit of 'embed': .*infinite in float32"):
+        trace(model, ids, names=["logits"], interventions=Edit("embed", huge))
+    with pytest.raises(ValueError, match=r"Patch of 'embed': .*infinite in float32"):
+        trace(model, ids, names=["logits"], interventions=Patch("embed", np.full((3, TINY.dim), 1e39)))
+    with pytest.raises(ValueError, match=r"MeanAblate of 'layers.0.attn.mix': .*infinite in float32"):
+        trace(model, ids, names=["logits"], interventions=MeanAblate(0, 0, np.full(TINY.head_dim, 1e39)))
+    # the same values are fine where they fit
+    wide = Transformer(TINY, seed=0, dtype=np.float64)
+    assert np.isfinite(trace(wide, ids, names=["embed"], interventions=Edit("embed", huge)).get("embed")).all()
+
+
+def test_an_edit_of_the_mask_takes_booleans():
+    with pytest.raises(ValueError, match="a mask takes True/False"):
+        trace(Transformer(TINY, seed=0), tokens_for(TINY, 3), names=["layers.0.attn.mask"],
+              interventions=Edit("layers.0.attn.mask", lambda x: np.full(x.shape, 0.5)))
+
+
+def test_an_intervention_bound_again_to_another_model_means_what_it_said():
+    """MaskOff() is every layer of whichever model it is given; bind must not freeze the first one's."""
+    small, big = ModelConfig(**{**TINY.to_dict(), "n_layers": 1}), ModelConfig(**{**TINY.to_dict(), "n_layers": 3})
+    ids = tokens_for(TINY, 4)
+    off, hotter = MaskOff(), Temperature(2.0)
+    trace(Transformer(small, seed=0), ids, names=["logits"], interventions=[off, hotter])
+    assert repr(off) == "MaskOff(layers=None)" and repr(hotter) == "Temperature(2.0, layers=None, heads=None)"
+    t = trace(Transformer(big, seed=0), ids, names="attn.mask", interventions=[off, hotter])
+    assert [bool(t.get("attn.mask", layer=i).any()) for i in range(3)] == [False, False, False]
+    mean = MeanAblate(0, 1, trace(Transformer(big, seed=0), ids, names="attn.mix"))
+    trace(Transformer(big, seed=0), ids, names=["logits"], interventions=mean)
+    assert isinstance(mean.mean, tr.Trace) and mean.head_mean.shape == (TINY.head_dim,)
+
+
+def test_a_layer_or_head_given_twice_is_refused():
+    ids = tokens_for(TINY, 3)
+    with pytest.raises(ValueError, match="layers lists layer 0 twice"):
+        trace(Transformer(TINY, seed=0), ids, interventions=Temperature(2.0, layers=[0, 0]))
+    with pytest.raises(ValueError, match="heads lists head 1 twice"):
+        trace(Transformer(TINY, seed=0), ids, interventions=Temperature(2.0, heads=[1, 1]))
+
+
+def test_patch_positions_are_checked_when_the_patch_is_made_and_bound():
+    with pytest.raises(ValueError, match="Patch positions is empty"):
+        Patch("embed", np.zeros((3, TINY.dim)), positions=[])
+    with pytest.raises(ValueError, match="need an n axis; 'layers.0.attn.cache_k'"):
+        Tracer(Transformer(TINY, seed=0), interventions=Patch("layers.0.attn.cache_k", np.zeros((2, 3, 8)),
+                                                                    positions=[0]))
+
+
+def test_the_keys_of_a_step_are_its_own_forwards_tokens(tiny_model):
+    """Two separate forwards under one tracer: the second step's keys are its own tokens, not the first's
+    (Trace.context), both in the plot's labels and for a cached continuation."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first, second = tokens_for(TINY, 3, seed=5), tokens_for(TINY, 2, seed=6)
+    with Tracer(tiny_model, names=["layers.0.attn.softmax"]) as tracer:
+        tiny_model(first[None])
+        tiny_model(second[None])
+        cache = tiny_model.new_cache(1)
+        tiny_model(first[None], cache)
+        tiny_model(second[:1][None], cache)                             # continues the cached forward
+    t = tracer.trace
+    np.testing.assert_array_equal(t.context(0), first)
+    np.testing.assert_array_equal(t.context(1), second)
+    np.testing.assert_array_equal(t.context(3), np.concatenate([first, second[:1]]))
+    assert t.tokens.tolist() == [*first, *second, *first, second[0]]   # every step's tokens, in order
+    image = t.plot("attn.softmax", layer=0, head=0, step=1, tokenizer=_Pieces(), ax=plt.subplots()[1])
+    assert [x.get_text() for x in image.axes.get_xticklabels()] == [f"'t{i}' {k}" for k, i in enumerate(second)]
     plt.close("all")

@@ -153,6 +153,16 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
     """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
     from safetensors.numpy import save
 
+    from .nn import Transformer, model_dtype
+    from .tokenizer import Tokenizer
+
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer must be a glassllm Tokenizer, got {type(tokenizer).__name__}")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
+    model_dtype(model.dtype)                                            # a file load_model can read back
     if tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"tokenizer has {tokenizer.vocab_size} ids but the model expects {model.config.vocab_size}"
@@ -247,9 +257,11 @@ def load_model(path, dtype=None):
     from safetensors import safe_open
 
     from .hf import _param_shapes
-    from .nn import Transformer
+    from .nn import Transformer, model_dtype
     from .tokenizer import Tokenizer
 
+    if dtype is not None:
+        dtype = model_dtype(dtype)
     header, meta = read_header(path)
     name = str(path)
     try:

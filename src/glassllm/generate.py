@@ -61,6 +61,7 @@ import numpy as np
 
 from .autograd import no_grad
 from .nn import Transformer
+from .tokenizer import Tokenizer
 from .sampling import (
     ParameterTypeError, _is_int, check_temperature, check_top_k, check_top_p, model_probs,
     sample, sampling_distribution,
@@ -228,6 +229,8 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     if not isinstance(model, Transformer):
         raise ParameterTypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     V = model.config.vocab_size
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        raise ParameterTypeError(f"tokenizer must be a glassllm Tokenizer or None, got {type(tokenizer).__name__}")
     if tokenizer is not None and tokenizer.vocab_size != V:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects {V}")
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:

@@ -230,16 +230,20 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
     if head_dim is not None and (not isinstance(dim, int) or not isinstance(heads, int) or heads < 1
                                  or head_dim * heads != dim):
         raise _bad(where, "head_dim", head_dim, f"hidden_size / num_attention_heads = {dim}/{heads}")
+    tied = doc.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise _bad(where, "tie_word_embeddings", tied, "true or false")
+    kv_heads = doc.get("num_key_value_heads")
     try:
         config = ModelConfig(
             vocab_size=doc["vocab_size"], dim=dim, n_layers=doc["num_hidden_layers"], n_heads=heads,
-            n_kv_heads=doc.get("num_key_value_heads") or heads, ffn_dim=doc["intermediate_size"],
+            n_kv_heads=heads if kv_heads is None else kv_heads, ffn_dim=doc["intermediate_size"],
             max_seq_len=doc.get("max_position_embeddings", 2048),
             norm_eps=doc.get("rms_norm_eps", 1e-6), rope_theta=theta,
         )
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
-    return config, bool(doc.get("tie_word_embeddings", False))
+    return config, tied
 
 
 # ----------------------------------------------------------------------------
@@ -427,21 +431,32 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     for key in ("byte_fallback", "ignore_merges"):
         if model.get(key, False):
             raise _bad(where, f"model.{key}", model[key], "false")
+    def kind(key):  # the "type" of an optional object field
+        value = doc.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise _bad(where, key, type(value).__name__, "an object or null")
+        return None if value is None else value.get("type")
+
     if doc.get("normalizer") is not None:
-        raise _bad(where, "normalizer", (doc["normalizer"] or {}).get("type"), "null")
+        raise _bad(where, "normalizer", kind("normalizer"), "null")
     post = doc.get("post_processor")
-    if post is not None and post.get("type") != "ByteLevel":
+    if post is not None and kind("post_processor") != "ByteLevel":
         raise _bad(where, "post_processor", post.get("type"), "null (no tokens added around the text)")
     decoder = doc.get("decoder")
-    if decoder is not None and decoder.get("type") != "ByteLevel":
+    if decoder is not None and kind("decoder") != "ByteLevel":
         raise _bad(where, "decoder", decoder.get("type"), "'ByteLevel'")
     pattern = _check_pre_tokenizer(doc.get("pre_tokenizer"), where)
 
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
         raise _bad(where, "model.vocab", type(vocab).__name__, "an object token -> id")
-    added = sorted((t for t in doc.get("added_tokens") or []), key=lambda t: t.get("id", -1))
+    added = doc.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
+        raise _bad(where, "added_tokens", type(added).__name__, "a list of objects")
+    added = sorted(added, key=lambda t: t.get("id", -1) if isinstance(t.get("id"), int) else -1)
     for t in added:
+        if not isinstance(t.get("content"), str) or isinstance(t.get("id"), bool) or not isinstance(t.get("id"), int):
+            raise _bad(where, "added_tokens", t, "objects with a str content and an int id")
         if not t.get("special", False):
             raise _bad(where, f"added_tokens[{t.get('content')!r}].special", False,
                        "true (glassllm has special tokens only)")
@@ -454,6 +469,8 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     special_names = {t["content"] for t in added}
     hf_id_of: dict[bytes, int] = {}
     for token, hf_id in vocab.items():
+        if isinstance(hf_id, bool) or not isinstance(hf_id, int):
+            raise _bad(where, f"model.vocab[{token!r}]", hf_id, "an int id")
         if token in special_names:
             continue
         try:
@@ -572,8 +589,10 @@ def load_hf(folder, dtype=None):
     ``dtype``: the model's float type; None keeps the checkpoint's precision (float64 when
     its tensors are F64, else float32: F16 and BF16 weights are widened to float32).
     """
-    from .nn import Transformer
+    from .nn import Transformer, model_dtype
 
+    if dtype is not None:
+        dtype = model_dtype(dtype)
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{str(folder)!r} is not a folder; expected a Hugging Face Llama checkpoint folder")
@@ -607,14 +626,13 @@ def import_hf(folder, out_file, dtype=None):
     """Convert the Hugging Face Llama folder ``folder`` into the glassllm model file ``out_file``.
 
     Returns ``(model, tokenizer, perm)``; ``perm[our_id]`` is the original id.
-    ``out_file`` may not be one of the folder's own files. ``dtype``: as :func:`load_hf`.
+    ``out_file`` may not be inside the folder (it would overwrite or sit among the
+    checkpoint's own files). ``dtype``: as :func:`load_hf`.
     """
     out = Path(out_file)
-    for name in ("model.safetensors", "config.json", "tokenizer.json"):
-        source = Path(folder) / name
-        if out.exists() and source.exists() and os.path.samefile(out, source):
-            raise ValueError(f"cannot write {str(out)!r}: it is the input {name} of {str(folder)!r}; "
-                             "choose another file")
+    if Path(folder).is_dir() and out.resolve().parent == Path(folder).resolve():
+        raise ValueError(f"cannot write {str(out)!r} into the checkpoint folder {str(folder)!r} being read; "
+                         "choose a file outside it")
     model, tokenizer, perm = load_hf(folder, dtype)
     save_model(out_file, model, tokenizer, {"source": f"hf:{Path(folder).name}"})
     return model, tokenizer, perm

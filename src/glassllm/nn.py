@@ -54,7 +54,7 @@ from .flash import flash_attention, self_attention
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
-    "Block", "Transformer", "KVCache", "causal_mask",
+    "Block", "Transformer", "KVCache", "causal_mask", "model_dtype",
 ]
 
 
@@ -82,6 +82,20 @@ def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------
 # Module plumbing: parameters, state dicts, snapshots
 # ----------------------------------------------------------------------------
+
+def model_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype if a model can compute in it (float32 or float64); a one-line
+    ValueError otherwise. (NumPy has no fast float16 matrix product, and no bfloat16.)"""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    # (``dt`` is compared by name: NumPy reads None as float64, so ``None == np.float64`` holds)
+    if dt is None or dt.name not in ("float32", "float64") or isinstance(dtype, bool):
+        shown = dt.name if dt is not None else repr(dtype)
+        raise ValueError(f"dtype must be float32 or float64, got {shown}")
+    return dt
+
 
 class Module:
     """Holds parameters (``Tensor`` attributes with ``requires_grad``) and child modules.
@@ -162,7 +176,8 @@ class Module:
             p.grad = None
 
     def astype(self, dtype) -> "Module":
-        """Cast every parameter (and cached tables) to ``dtype`` in place; returns self."""
+        """Cast every parameter (and cached tables) to ``dtype`` (float32 or float64) in place; returns self."""
+        dtype = model_dtype(dtype)
         for p in self.parameters():
             p.data = p.data.astype(dtype)
         for m in self.modules():
@@ -535,6 +550,7 @@ class Transformer(Module):
         config = ModelConfig() if config is None else config
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        dtype = model_dtype(dtype)
         rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         self.config = config
         self.tok_embeddings = Embedding(config.vocab_size, config.dim, rng, dtype=dtype)

@@ -212,11 +212,18 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
     """
     if not isinstance(rng, np.random.Generator):
         raise ParameterTypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    probs = np.asarray(probs, dtype=np.float64)
+    try:
+        probs = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterTypeError(f"probs must be an array of numbers, got {type(probs).__name__}") from None
     if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
         raise ValueError(f"probs must be a (V,) or (B, V) array, got shape {probs.shape}")
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))):
+        raise ParameterTypeError(f"size must be an int >= 0 or None, got {size!r}")
+    if size is not None and size < 0:
+        raise ValueError(f"size must be an int >= 0 or None, got {size}")
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
     total = cdf[..., -1]
     if not (np.isfinite(total).all() and (total > 0).all()) or probs.min() < 0:  # NaN fails every test

@@ -99,6 +99,7 @@ import os
 import re
 from array import array
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Set
 from itertools import chain, repeat
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -480,13 +481,22 @@ class Tokenizer:
         """
         if isinstance(special_tokens, str):
             raise TypeError(f"special_tokens must be a sequence of str, got the str {special_tokens!r}")
+        if not isinstance(special_tokens, (list, tuple)):
+            # (a set would number its tokens in hash order)
+            raise TypeError(f"special_tokens must be a list or tuple of str (ids follow its order), "
+                            f"got {type(special_tokens).__name__}")
         specials = tuple(special_tokens)
-        if type(vocab_size) is not int:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+        vocab_size = int(vocab_size)
         for s in specials:
             if not isinstance(s, str) or len(s.encode("utf-8", "surrogatepass")) < 2:
                 raise ValueError(f"special token {s!r} must be a str of at least 2 bytes "
                                  "(single bytes are tokens already)")
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"special token {s!r} is not valid text (a lone surrogate)") from None
         if len(set(specials)) != len(specials):
             raise ValueError(f"special tokens {specials!r} must be distinct")
         n_merges = vocab_size - 256 - len(specials)
@@ -625,7 +635,8 @@ class Tokenizer:
             if ids.ndim != 1 or ids.dtype.kind not in "iu":
                 raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
             ids = ids.tolist()
-        elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        elif isinstance(ids, (str, bytes, Set, Mapping)) or not isinstance(ids, Iterable):
+            # (a set or a dict has no order of its own: its ids would decode in hash or key order)
             raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
         ids = list(ids)
         for i in ids:

@@ -35,15 +35,33 @@ def _indices(values, size: int, what: str = "layer") -> list[int]:
         raise TypeError(f"{what}s must be an int, a list of ints or None, got {values!r}")
     if len(values) == 0:
         raise ValueError(f"{what}s is empty: give at least one {what}, or None for all")
-    return [_index(i, what, size) for i in values]
+    out = [_index(i, what, size) for i in values]
+    twice = next((i for k, i in enumerate(out) if i in out[:k]), None)
+    if twice is not None:
+        raise ValueError(f"{what}s lists {what} {twice} twice: give each {what} once")
+    return out
 
 
-def _finite(name: str, what: str, values: np.ndarray) -> np.ndarray:
-    """``values`` if they are real and finite; a ValueError naming the intervention otherwise."""
-    if values.dtype.kind == "c" or (values.dtype.kind == "f" and not np.isfinite(values).all()):
-        bad = "complex" if values.dtype.kind == "c" else "NaN or infinite"
-        raise ValueError(f"{what} of {name!r}: the new values are {bad}; an edit must give finite real numbers")
-    return values
+def _finite(name: str, what: str, values: np.ndarray, dtype) -> np.ndarray:
+    """``values`` cast to ``dtype``, if they are real and still finite there; a ValueError naming
+    the intervention otherwise (1e39 is finite in float64 but infinite in float32).
+
+    A bool snapshot (the mask) takes only True/False, or the numbers 0 and 1.
+    """
+    if values.dtype.kind == "c":
+        raise ValueError(f"{what} of {name!r}: the new values are complex; an edit must give finite real numbers")
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        if values.dtype != np.bool_ and not np.isin(values, (0, 1)).all():
+            raise ValueError(f"{what} of {name!r}: a mask takes True/False (or 0/1), got other values")
+        return values.astype(bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = values.astype(dtype, copy=False)
+    if not np.isfinite(cast).all():
+        where = "" if not np.isfinite(values).all() else f" in {dtype.name}"
+        raise ValueError(f"{what} of {name!r}: the new values are NaN or infinite{where}; "
+                         "an edit must give finite real numbers")
+    return cast
 
 
 class Intervention:
@@ -51,7 +69,10 @@ class Intervention:
 
     Subclasses implement ``bind(axes, config) -> list of full names`` (called
     once by the :class:`Tracer`, validating every argument) and ``apply(name,
-    t, step) -> Tensor`` (same shape; the batch axis is still there).
+    t, step) -> Tensor`` (same shape; the batch axis is still there). ``bind``
+    keeps what it resolves (``None`` = every layer, a :class:`Trace` reduced
+    to a mean, ...) apart from the arguments the user gave, so one
+    intervention can be bound again, to another model, and mean the same.
     """
 
     def bind(self, axes: dict, config: ModelConfig) -> list[str]:
@@ -85,8 +106,8 @@ class Edit(Intervention):
                 raise ValueError(f"Edit of {name!r}: fn returned shape {new.shape}, expected {t.shape[1:]}")
             if new.dtype.kind not in "biufc":
                 raise TypeError(f"Edit of {name!r}: fn returned {new.dtype} values, expected numbers")
-            rows.append(_finite(name, "Edit", new))
-        return _constant(np.stack(rows).astype(t.dtype, copy=False), t)
+            rows.append(_finite(name, "Edit", new, t.dtype))
+        return _constant(np.stack(rows), t)
 
     def __repr__(self):
         return f"Edit({self.patterns!r}, fn={getattr(self.fn, '__name__', type(self.fn).__name__)})"
@@ -99,13 +120,12 @@ class ZeroAblate(Intervention):
         self.layer, self.head = layer, head
 
     def bind(self, axes, config):
-        self.layer = _index(self.layer, "layer", config.n_layers)
-        self.head = _index(self.head, "head", config.n_heads)
-        return [f"layers.{self.layer}.attn.mix"]
+        self._head = _index(self.head, "head", config.n_heads)
+        return [f"layers.{_index(self.layer, 'layer', config.n_layers)}.attn.mix"]
 
     def apply(self, name, t, step):
         keep = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)            # (1, H, 1, 1)
-        keep[0, self.head] = 0
+        keep[0, self._head] = 0
         return t * keep                                                  # (B, H, n, D)
 
     def __repr__(self):
@@ -125,35 +145,47 @@ class MeanAblate(Intervention):
         self.layer, self.head, self.mean = layer, head, mean
 
     def bind(self, axes, config):
-        self.layer = _index(self.layer, "layer", config.n_layers)
-        self.head = _index(self.head, "head", config.n_heads)
-        if isinstance(self.mean, Trace):
-            rows = [self.mean.get("attn.mix", layer=self.layer, head=self.head, step=s.index)
-                    [max(0, s.pad - s.start):] for s in self.mean.steps]    # [(n_s, D)], padding dropped
+        layer = _index(self.layer, "layer", config.n_layers)
+        self._head = _index(self.head, "head", config.n_heads)
+        mean = self.mean
+        if isinstance(mean, Trace):
+            rows = [mean.get("attn.mix", layer=layer, head=self._head, step=s.index)
+                    [max(0, s.pad - s.start):] for s in mean.steps]         # [(n_s, D)], padding dropped
             if not sum(len(r) for r in rows):
                 raise ValueError("MeanAblate: the reference trace has no positions of text")
-            self.mean = np.concatenate(rows).astype(np.float64).mean(axis=0)  # (D,)
+            mean = np.concatenate(rows).astype(np.float64).mean(axis=0)  # (D,)
+        if mean is None or isinstance(mean, (str, bytes, dict)):
+            raise TypeError(f"MeanAblate: mean must be {config.head_dim} numbers or a Trace, "
+                            f"got {type(mean).__name__}")
         try:
-            mean = np.asarray(self.mean, dtype=np.float64)
+            mean = np.asarray(mean, dtype=np.float64)
         except (TypeError, ValueError):
             raise TypeError(f"MeanAblate: mean must be {config.head_dim} numbers or a Trace, "
-                            f"got {type(self.mean).__name__}") from None
-        if mean.shape != (config.head_dim,) or not np.all(np.isfinite(mean)):
-            raise ValueError(f"MeanAblate: mean must be {config.head_dim} finite numbers, got shape {mean.shape}")
-        self.mean = mean
-        return [f"layers.{self.layer}.attn.mix"]
+                            f"got {type(mean).__name__}") from None
+        if mean.shape != (config.head_dim,):
+            raise ValueError(f"MeanAblate: mean must be {config.head_dim} numbers (head size), got shape {mean.shape}")
+        self._mean = _finite(f"layers.{layer}.attn.mix", "MeanAblate", mean, np.float64)  # and in apply, in the model's dtype
+        return [f"layers.{layer}.attn.mix"]
+
+    @property
+    def head_mean(self) -> np.ndarray:
+        """The (D,) vector that replaces the head: ``mean`` as given, or computed from its Trace by ``bind``."""
+        if not hasattr(self, "_mean"):
+            raise ValueError("MeanAblate.head_mean is known once the intervention is bound (given to a Tracer)")
+        return self._mean
 
     def apply(self, name, t, step):
         H = t.shape[1]
         keep = np.ones((1, H, 1, 1), dtype=t.dtype)                      # (1, H, 1, 1)
-        keep[0, self.head] = 0
+        keep[0, self._head] = 0
         fill = np.zeros((1, H, 1, t.shape[3]), dtype=t.dtype)            # (1, H, 1, D)
-        fill[0, self.head, 0] = self.mean
+        fill[0, self._head, 0] = _finite(name, "MeanAblate", self._mean, t.dtype)
         return t * keep + fill                                           # (B, H, n, D)
 
     def __repr__(self):
-        mean = (np.array2string(np.asarray(self.mean), precision=6, separator=", ", max_line_width=10**6)
-                if not isinstance(self.mean, Trace) else "Trace")
+        mean = self.mean if not isinstance(self.mean, Trace) else getattr(self, "_mean", None)
+        mean = ("Trace" if mean is None else
+                np.array2string(np.asarray(mean), precision=6, separator=", ", max_line_width=10**6))
         return f"MeanAblate(layer={self.layer}, head={self.head}, mean={mean})"
 
 
@@ -175,8 +207,10 @@ class Patch(Intervention):
                                  f"{'with NaN or infinite values' if source.dtype.kind == 'f' else 'values'}")
         self.patterns, self.source, self.source_step = names, source, step
         self.positions = None if positions is None else np.atleast_1d(np.asarray(positions))
-        if self.positions is not None and self.positions.dtype.kind not in "iu":
-            raise TypeError(f"Patch positions must be ints, got {positions!r}")
+        if self.positions is not None and self.positions.size == 0:
+            raise ValueError("Patch positions is empty: give at least one position, or None for all")
+        if self.positions is not None and (self.positions.dtype.kind not in "iu" or self.positions.ndim != 1):
+            raise TypeError(f"Patch positions must be an int or a list of ints, got {positions!r}")
 
     def bind(self, axes, config):
         found = _resolve_all(self.patterns, axes)
@@ -186,6 +220,10 @@ class Patch(Intervention):
             missing = [k for k in found if k not in self.source.names()]
             if missing:
                 raise ValueError(f"Patch: the source trace did not record {missing[0]!r}")
+        if self.positions is not None:
+            no_n = next((k for k in found if "n" not in axes[k]), None)
+            if no_n is not None:
+                raise ValueError(f"Patch positions need an n axis; {no_n!r} has axes {axes[no_n]}")
         self.axes = {k: axes[k] for k in found}
         return found
 
@@ -197,12 +235,10 @@ class Patch(Intervention):
             value = self.source
         if value.shape != t.shape[1:]:
             raise ValueError(f"Patch of {name!r}: the source has shape {value.shape}, this forward has {t.shape[1:]}")
-        value = np.broadcast_to(value.astype(t.dtype), t.shape)
+        value = np.broadcast_to(_finite(name, "Patch", value, t.dtype), t.shape)
         if self.positions is None:
             return _constant(np.array(value), t)
-        axis = 1 + self.axes[name].index("n") if "n" in self.axes[name] else None
-        if axis is None:
-            raise ValueError(f"Patch positions need an n axis; {name!r} has axes {self.axes[name]}")
+        axis = 1 + self.axes[name].index("n")                           # bind checked there is one
         pos = self.positions
         if np.any((pos < -t.shape[axis]) | (pos >= t.shape[axis])):
             raise ValueError(f"Patch positions {pos.tolist()} out of range for n={t.shape[axis]}")
@@ -229,8 +265,7 @@ class MaskOff(Intervention):
         self.layers = layers
 
     def bind(self, axes, config):
-        self.layers = _indices(self.layers, config.n_layers)
-        return [f"layers.{i}.attn.mask" for i in self.layers]
+        return [f"layers.{i}.attn.mask" for i in _indices(self.layers, config.n_layers)]
 
     def apply(self, name, t, step):
         return Tensor(np.zeros(t.shape, dtype=bool))                     # (B, n, m)
@@ -254,15 +289,13 @@ class Temperature(Intervention):
         self.temperature, self.layers, self.heads = float(temperature), layers, heads
 
     def bind(self, axes, config):
-        self.layers = _indices(self.layers, config.n_layers)
-        if self.heads is not None:
-            self.heads = _indices(self.heads, config.n_heads, "head")
-        return [f"layers.{i}.attn.scores" for i in self.layers]
+        self._heads = None if self.heads is None else _indices(self.heads, config.n_heads, "head")
+        return [f"layers.{i}.attn.scores" for i in _indices(self.layers, config.n_layers)]
 
     def apply(self, name, t, step):
         factor = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)          # (1, H, 1, 1)
         with np.errstate(over="ignore"):                                  # checked just below
-            factor[0, self.heads if self.heads is not None else slice(None)] = 1.0 / self.temperature
+            factor[0, self._heads if self._heads is not None else slice(None)] = 1.0 / self.temperature
             out = t * factor                                             # (B, H, n, m)
         if not np.isfinite(factor).all() or (np.isinf(out.data).any() and not np.isinf(t.data).any()):
             raise ValueError(f"temperature {self.temperature!r} is too small for {name}: its scores divided by it "

@@ -71,7 +71,7 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
                       interpolation="nearest", aspect="equal" if attention else "auto")
 
-    labels = {"n": _pieces(tokenizer, s.tokens, s.start), "m": _pieces(tokenizer, trace.tokens[:s.m], 0)}
+    labels = {"n": _pieces(tokenizer, s.tokens, s.start), "m": _pieces(tokenizer, trace.context(s.index), 0)}
     for letter, set_label, set_ticks in ((axes[0], ax.set_ylabel, ax.set_yticks),
                                          (axes[1], ax.set_xlabel, ax.set_xticks)):
         set_label("query position" if attention and letter == "n" else AXIS_NAMES.get(letter, letter or ""))

@@ -63,13 +63,30 @@ class Trace:
 
     @property
     def tokens(self) -> np.ndarray:
-        """The kept row's token ids of all steps, in order: (start of last step + its n,).
+        """The kept row's token ids of all steps, concatenated in order.
 
-        Positions before :attr:`pad` are left padding (filler id 0), not text.
+        When each step continues the one before (a prompt, then cached decoding
+        steps), that is the sequence itself: id ``tokens[p]`` at position p, with
+        shape (start of last step + its n,). Positions before :attr:`pad` are
+        left padding (filler id 0), not text. Forwards that start again at
+        position 0 are simply appended; :meth:`context` gives one step's keys.
         """
         if not self.steps:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([s.tokens for s in self.steps])
+
+    def context(self, step: int = -1) -> np.ndarray:
+        """The token ids at positions 0 .. m-1 that step ``step``'s queries read: (m,).
+
+        Taken from that step and the steps before it back to the latest one that
+        started at position 0, so a second, separate forward does not borrow the
+        first one's tokens. Shorter than m only when the trace did not record the
+        steps that filled a cache it was given.
+        """
+        s = self.step(step)
+        first = max((i for i in range(s.index + 1) if self.steps[i].start == 0), default=0)
+        ids = np.concatenate([t.tokens for t in self.steps[first: s.index + 1]])
+        return ids[: s.m]
 
     @property
     def pad(self) -> int:

@@ -62,9 +62,14 @@ def axis_sizes(config: ModelConfig, n: int, m: int) -> dict[str, int]:
             "C": config.dim, "V": config.vocab_size, "F": config.ffn_dim}
 
 
-def snapshot_shape(name: str, config: ModelConfig | None = None, n: int = 1, m: int | None = None) -> tuple:
-    """The shape (batch removed) of snapshot ``name`` for n new queries against m keys (default m = n)."""
-    config = ModelConfig() if config is None else config
+def snapshot_shape(name: str, config=None, n: int = 1, m: int | None = None) -> tuple:
+    """The shape (batch removed) of snapshot ``name`` for n new queries against m keys (default m = n).
+
+    ``config``: a :class:`ModelConfig`, or a model (its ``config``); default: the default config.
+    """
+    config = ModelConfig() if config is None else getattr(config, "config", config)
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig or a model, got {type(config).__name__}")
     axes = registry(config)
     if name not in axes:
         raise ValueError(f"no snapshot is named {name!r}; names are {_summary(axes)}")
