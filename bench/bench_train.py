@@ -9,11 +9,11 @@ backward, clipping to global norm 1.0, AdamW (decay 0.1 on matrices only) --
   (``tests/torch_reference.py``; spelled-out or fused attention) with the same
   weights, ``torch.optim.AdamW`` (two param groups) and ``clip_grad_norm_``;
 - with ``--hand`` (1 thread only): ``numpy_hand``, the same step hand-written
-  in NumPy with no autograd (:mod:`numpy_step`, dense causal attention), and
-  ``numpy_hand_tiled``, the same with glassllm's tiled attention kernel in
-  place of the dense one. The first is the program issue #10 cites as the
-  floor; glassllm over the second is what the autograd engine and the
-  modules cost.
+  in NumPy with no autograd (:mod:`numpy_step`, plain dense causal attention,
+  the masked half included), and ``numpy_hand_tiled``, the same with glassllm's
+  tiled attention kernel in place of the dense one. The first is our version
+  of the program issue #10 cites; glassllm over the second is what the
+  autograd engine and the modules cost.
 
 Every step draws a fresh batch from one seeded :class:`~glassllm.data.WindowSampler`
 per implementation over the same random token stream. Per thread count (numpy's
@@ -123,10 +123,10 @@ def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1, han
         from numpy_step import NumpyStep
 
         for name, attention in (("numpy_hand", "dense"), ("numpy_hand_tiled", "tiled")):
-            floor = NumpyStep(model.state_dict(), config, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
-                              weight_decay=tc.weight_decay, grad_clip=tc.grad_clip, attention=attention)
+            written = NumpyStep(model.state_dict(), config, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,
+                                weight_decay=tc.weight_decay, grad_clip=tc.grad_clip, attention=attention)
             batches = sampler()
-            steps[name] = lambda floor=floor, batches=batches: floor.step(*batches.next_batch())[0]
+            steps[name] = lambda written=written, batches=batches: written.step(*batches.next_batch())[0]
     return config, model, steps
 
 

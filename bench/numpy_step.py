@@ -1,21 +1,24 @@
-"""A hand-written NumPy training step of the default model: the floor for glassllm's.
+"""A hand-written NumPy training step of the default model, to measure what glassllm's engine costs.
 
 Issue #10 reports that "a hand-written NumPy forward, backward and AdamW of
 the same model" trains at about 16,200 tokens/s on this machine. This module
-is that program, written to be fast rather than to be read: no autograd, no
-Tensor objects, no tracing hooks, no checks; every gradient derived by hand;
-every parameter and gradient one view of a single flat buffer, so that
-clipping and AdamW are a handful of whole-buffer operations; the causal
-attention dense per (batch, K/V head), with the query heads that share a K/V
-head stacked into one matrix product.
+is our own such program, written to be fast rather than to be read: no
+autograd, no Tensor objects, no tracing hooks, no checks; every gradient
+derived by hand; every parameter and gradient one view of a single flat
+buffer, so that clipping and AdamW are a handful of whole-buffer operations.
+Attention is either plain dense causal attention per (batch, K/V head), the
+query heads that share a K/V head stacked into one matrix product, and the
+masked half of each score matrix computed too (``attention="dense"``: about
+13% more arithmetic than glassllm's step), or glassllm's own tiled kernel
+with its backward called by hand (``"tiled"``: the same arithmetic).
 
 It computes exactly what :func:`glassllm.train.train_step` computes (forward,
 mean cross-entropy, backward, clipping to global norm ``grad_clip``, AdamW
 with decay on matrices only): ``tests/test_bench_numpy_step.py`` checks its
 loss, gradients and updated weights against glassllm's, in float64, to 1e-10.
 ``bench/bench_train.py`` times it beside glassllm and PyTorch, so the gap
-between glassllm and this floor -- what the autograd engine and the model's
-generality cost -- is measured in the same run as the ratios to PyTorch.
+between glassllm and the tiled variant -- what the autograd engine and the
+modules cost -- is measured in the same run as the ratios to PyTorch.
 """
 
 from __future__ import annotations

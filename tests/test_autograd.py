@@ -590,6 +590,22 @@ def test_a_second_backward_through_a_freed_graph_is_an_error_not_a_silent_no_op(
     (lambda: ag.split(Tensor(np.arange(5.0)), [2, 2]), ValueError, "add up to the axis' size 5"),
     (lambda: ag.embedding(Tensor(np.zeros((3, 2))), np.array([-1])), ValueError, "embedding id -1"),
     (lambda: ag.cross_entropy(Tensor([[1, 2]]), np.array([0])), TypeError, "floating-point logits"),
+    # shapes that NumPy would broadcast into a wrong answer, and dtypes it would reinterpret
+    (lambda: ag.attention(Tensor(np.zeros((2, 2, 3, 4))), Tensor(np.zeros((1, 1, 3, 4))),
+                          Tensor(np.zeros((1, 1, 3, 4))), None, 0.5), ValueError, r"k \(1, 1, 3, 4\)"),
+    (lambda: ag.attention(Tensor(np.zeros((1, 3, 3, 4))), Tensor(np.zeros((1, 2, 3, 4))),
+                          Tensor(np.zeros((1, 2, 3, 4))), None, 0.5), ValueError, "H a multiple of G"),
+    (lambda: ag.attention(Tensor(np.zeros((1, 2, 3, 4))), Tensor(np.zeros((1, 1, 3, 4))),
+                          Tensor(np.zeros((1, 1, 3, 4))), np.zeros((3, 3)), 0.5), TypeError, "bool mask"),
+    (lambda: ag.rms_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(1)), 1e-5), ValueError, r"weight \(1,\)"),
+    (lambda: ag.rms_norm(Tensor(np.ones((2, 4), dtype=int)), Tensor(np.ones(4)), 1e-5), ValueError,
+     "floating-point x"),
+    (lambda: ag.rope(Tensor(np.arange(8).reshape(2, 4)), np.ones((2, 2)), np.zeros((2, 2))), TypeError,
+     "floating-point x"),
+    (lambda: ag.masked_fill(Tensor(np.zeros(3)), np.zeros((2, 3), dtype=bool), 1.0), ValueError,
+     r"mask of shape \(2, 3\) does not broadcast to the tensor's shape \(3,\)"),
+    (lambda: ag.split(Tensor(np.zeros(4)), 2, axis=5), ValueError, "axis 5 is out of range"),
+    (lambda: ag.repeat_interleave(Tensor(np.zeros(2)), 0, 0), ValueError, "repeats must be an int >= 1, got 0"),
 ])
 def test_bad_arguments_are_named_errors(call, error, match):
     with pytest.raises(error, match=match):
@@ -607,6 +623,32 @@ def test_zero_dim_and_integer_inputs_and_x_to_the_zero():
     z = Tensor(np.array([0.0, 1.0]), requires_grad=True)
     (z ** 0).sum().backward()
     np.testing.assert_array_equal(z.grad, [0.0, 0.0])                    # torch: [0, 0]; not 0 * 0**-1 = nan
+
+
+def test_transpose_takes_its_axes_as_a_tuple_too_and_split_an_int_of_numpy():
+    x = Tensor(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(x.transpose((1, 0)).data, x.data.T)
+    np.testing.assert_array_equal(x.transpose(1, 0).data, x.data.T)
+    assert [p.shape for p in ag.split(x, np.int64(3), axis=-1)] == [(2, 1)] * 3
+
+
+def test_backward_of_a_leaf_keeps_its_own_copy_of_the_gradient():
+    x = Tensor(np.zeros(3), requires_grad=True)
+    g = np.ones(3)
+    x.backward(g)
+    g[0] = 5.0                                                           # the caller's array, changed later
+    assert x.grad.tolist() == [1.0, 1.0, 1.0] and x.grad is not g
+
+
+def test_log_softmax_of_a_row_with_nothing_to_choose():
+    """Like softmax_np: an all -inf row gives -inf (softmax 0), no NaN, and no gradient."""
+    a = Tensor(np.array([[0.0, 1.0], [-np.inf, -np.inf]]), requires_grad=True)
+    out = ag.log_softmax(a)
+    assert np.isneginf(out.data[1]).all() and np.isfinite(out.data[0]).all()
+    np.testing.assert_allclose(np.exp(out.data), softmax_np(a.data), rtol=1e-15)
+    out.backward(np.ones((2, 2)))
+    np.testing.assert_array_equal(a.grad[1], [0.0, 0.0])
+    np.testing.assert_allclose(a.grad[0], 1 - 2 * softmax_np(a.data[0]), rtol=1e-15)
 
 
 def test_a_leaf_gradient_keeps_the_leafs_dtype_however_it_is_reached():

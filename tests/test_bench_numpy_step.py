@@ -1,6 +1,6 @@
 """The benchmarks' hand-written NumPy step computes the same training step as glassllm.
 
-``bench/numpy_step.py`` is the no-autograd floor that ``bench/bench_train.py``
+``bench/numpy_step.py`` is the no-autograd step that ``bench/bench_train.py``
 times beside glassllm and PyTorch. Its speed means something only if it does
 the same work, so here its loss, gradient norm, every gradient and the
 weights after three AdamW steps are compared with glassllm's
@@ -60,3 +60,23 @@ def test_hand_written_step_equals_glassllm_step(attention, T):
 def test_hand_written_step_refuses_an_unknown_attention():
     with pytest.raises(ValueError, match="'sparse'"):
         NumpyStep(Transformer(ModelConfig(n_layers=1)).state_dict(), ModelConfig(n_layers=1), attention="sparse")
+
+
+@pytest.mark.parametrize("attention", ["dense", "tiled"])
+def test_hand_written_step_equals_glassllm_step_in_float32(attention):
+    """The benchmark runs float32 (RoPE through complex64 views): the same gradients to float32 rounding."""
+    config = ModelConfig(n_layers=2, max_seq_len=160)
+    rng = np.random.default_rng(8)
+    model = randomize(Transformer(config, seed=0, dtype=np.float32), rng)
+    hand = NumpyStep(model.state_dict(), config, dtype=np.float32, attention=attention)
+    x, y = rng.integers(0, config.vocab_size, (2, 130)), rng.integers(0, config.vocab_size, (2, 130))
+    loss = hand.loss_and_grads(x, y)
+    model.zero_grad()
+    want = model.loss(x, y)
+    want.backward()
+    assert loss == pytest.approx(float(want.data), rel=1e-5)
+    mine, named = hand.state_dict(hand.g), dict(model.named_parameters())
+    for name, p in named.items():
+        assert mine[name].dtype == np.float32
+        scale = float(np.abs(p.grad).max())
+        np.testing.assert_allclose(mine[name], p.grad, rtol=0, atol=1e-4 * scale, err_msg=name)

@@ -443,3 +443,28 @@ def test_a_model_computes_in_float32_or_float64_only(dtype, tmp_path):
     with pytest.raises(ValueError, match=words):
         load_model(path, dtype=dtype)
     assert load_model(path, dtype="float64")[0].dtype == np.float64
+
+
+def test_a_cache_that_does_not_fit_the_model_is_refused():
+    """A cache of another dtype or shape used to be read silently (float64 keys in a float32 model
+    turned its logits float64; int keys truncated them)."""
+    from glassllm.nn import KVCache
+
+    config = ModelConfig(vocab_size=257, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)
+    model = Transformer(config)
+    for cache in (KVCache(config, 1, dtype=np.float64),
+                  KVCache(ModelConfig(**{**config.to_dict(), "n_layers": 3}), 1)):
+        with pytest.raises(ValueError, match="make it with model.new_cache"):
+            model(np.array([[1, 2]]), cache)
+    for kwargs, error, words in ((dict(dtype=np.int32), ValueError, "dtype must be float32 or float64"),
+                                 (dict(capacity=3.9), TypeError, "capacity must be an int, got 3.9"),
+                                 (dict(batch=0), ValueError, "batch must be >= 1, got 0")):
+        with pytest.raises(error, match=words):
+            KVCache(config, **{"batch": 1, **kwargs})
+    assert model(np.array([[1, 2]]), model.new_cache(1)).dtype == np.float32
+
+
+def test_loss_of_one_unbatched_row():
+    config = ModelConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)
+    model = Transformer(config, dtype=np.float64)
+    assert float(model.loss([1, 2, 3], [2, 3, 4]).data) == float(model.loss([[1, 2, 3]], [[2, 3, 4]]).data)

@@ -1,8 +1,10 @@
 """The README's performance figures are the committed benchmark run's, not numbers typed by hand.
 
 ``bench/run`` writes ``bench/results.md`` (the table) and ``bench/results.json``
-(the same rows, unrounded). The README pastes the table and adds the run as the
-newest column of its run-to-run table; both are checked here against those files.
+(the same rows, unrounded). The README pastes the table, adds the run as the
+newest column of its run-to-run table and quotes a few training figures in its
+text; all three are checked here against those files. (The prose about earlier
+runs quotes figures that are no longer in the repository and is not checked.)
 """
 
 from __future__ import annotations
@@ -55,3 +57,21 @@ def test_the_newest_run_to_run_column_is_the_committed_run():
             ratio("one name (layers.2.attn.softmax) / untraced forward (CPU ms)", "untraced forward"),
     }
     assert column == want
+
+
+def test_the_training_figures_quoted_in_the_text_are_the_committed_runs():
+    """The sentences about the hand-written step and the two workers quote the run's train.json."""
+    train = json.loads((ROOT / "bench" / "results" / "train.json").read_text(encoding="utf-8"))
+    one, two = (next(r["tokens_per_s"] for r in train["results"] if r["threads"] == k) for k in (1, 2))
+    text = " ".join(README.split())                                     # the README's line breaks removed
+    n = lambda x: f"{x:,.0f}"  # noqa: E731
+    for quoted in (
+        f"made {n(one['numpy_hand'])} and {n(one['numpy_hand_tiled'])} tokens/s, against glassllm's "
+        f"{n(one['glassllm'])} and PyTorch's {n(one['torch_sdpa'])}",
+        f"glassllm / `numpy_hand_tiled` = {one['glassllm'] / one['numpy_hand_tiled']:.2f}x",
+        f"2 workers: {n(two['glassllm'])} tokens/s, against {n(one['glassllm'])} at 1 thread and "
+        f"{n(two['glassllm_blas'])} for BLAS threads alone",
+        f"2 workers trained at {two['glassllm'] / one['glassllm']:.2f}x the 1-thread speed and BLAS threads "
+        f"alone at {two['glassllm_blas'] / one['glassllm']:.2f}x",
+    ):
+        assert quoted in text, quoted

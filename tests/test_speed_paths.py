@@ -188,14 +188,17 @@ def test_cross_entropy_gradient_is_softmax_minus_onehot(dtype):
     assert_close(loss.data, np.asarray((nll * keep[..., 0]).sum() / keep.sum(), dtype=dtype), dtype, "loss")
 
 
-def test_embedding_gradient_accumulates_repeated_ids():
+@pytest.mark.parametrize("V, id_dtype", [(6, np.int64), (1024, np.uint16), (256, np.uint8)])
+def test_embedding_gradient_accumulates_repeated_ids(V, id_dtype):
+    """Also for the small unsigned ids token files hold: id * C must not wrap around (1000 * 128 > 65535)."""
     rng = np.random.default_rng(4)
-    w = Tensor(rng.standard_normal((6, 3)), requires_grad=True)
-    ids = np.array([[5, 1, 5], [0, 5, 1]])
-    g = rng.standard_normal((2, 3, 3))
+    C = 128 if V > 6 else 3
+    w = Tensor(rng.standard_normal((V, C)), requires_grad=True)
+    ids = np.array([[V - 1, 1, V - 1], [0, V - 1, 1]], dtype=id_dtype)
+    g = rng.standard_normal((2, 3, C))
     ag.embedding(w, ids).backward(g)
-    want = np.zeros((6, 3))
-    for i, row in zip(ids.reshape(-1), g.reshape(-1, 3)):
+    want = np.zeros((V, C))
+    for i, row in zip(ids.reshape(-1), g.reshape(-1, C)):
         want[i] += row
     np.testing.assert_allclose(w.grad, want, rtol=0, atol=1e-15)
 

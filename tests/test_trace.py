@@ -988,6 +988,19 @@ def test_an_intervention_bound_again_to_another_model_means_what_it_said():
     trace(Transformer(big, seed=0), ids, names=["logits"], interventions=mean)
     assert isinstance(mean.mean, tr.Trace) and mean.head_mean.shape == (TINY.head_dim,)
 
+    # Two live tracers sharing one Patch, on models of 3 and 1 layers: both still run.
+    patch = Patch("attn.mix", np.zeros((4, TINY.n_heads, TINY.head_dim)), positions=[0])
+    with pytest.raises(ValueError, match="exactly one name"):
+        Tracer(Transformer(big, seed=0), interventions=patch)                # attn.mix of 3 layers
+    patch = Patch("layers.0.attn.mix", np.zeros((TINY.n_heads, 4, TINY.head_dim)), positions=[0])
+    deep, shallow = Transformer(big, seed=0), Transformer(small, seed=0)
+    with Tracer(deep, names=["layers.0.attn.mix"], interventions=patch) as on_deep:
+        with Tracer(shallow, names=["layers.0.attn.mix"], interventions=patch) as on_shallow:
+            shallow(ids[None])
+        deep(ids[None])
+    for t in (on_deep.trace, on_shallow.trace):
+        assert not t.get("attn.mix", layer=0)[:, 0].any() and t.get("attn.mix", layer=0)[:, 1:].any()
+
 
 def test_a_layer_or_head_given_twice_is_refused():
     ids = tokens_for(TINY, 3)
@@ -1027,4 +1040,17 @@ def test_the_keys_of_a_step_are_its_own_forwards_tokens(tiny_model):
     assert t.tokens.tolist() == [*first, *second, *first, second[0]]   # every step's tokens, in order
     image = t.plot("attn.softmax", layer=0, head=0, step=1, tokenizer=_Pieces(), ax=plt.subplots()[1])
     assert [x.get_text() for x in image.axes.get_xticklabels()] == [f"'t{i}' {k}" for k, i in enumerate(second)]
+
+    # A cache filled before tracing: the first positions' ids are unknown, and are not made up.
+    cache = tiny_model.new_cache(1)
+    tiny_model(first[None], cache)
+    with Tracer(tiny_model, names=["layers.0.attn.softmax"]) as tracer:
+        tiny_model(second[None], cache)
+        tiny_model(first[:1][None], cache)
+    t = tracer.trace
+    np.testing.assert_array_equal(t.context(1), [*second, first[0]])         # positions 3, 4, 5
+    image = t.plot("attn.softmax", layer=0, head=0, step=1, tokenizer=_Pieces(), ax=plt.subplots()[1])
+    assert [x.get_text() for x in image.axes.get_xticklabels()] == [f"'t{second[0]}' 3", f"'t{second[1]}' 4",
+                                                                     f"'t{first[0]}' 5"]
+    assert list(image.axes.get_xticks()) == [3, 4, 5]
     plt.close("all")

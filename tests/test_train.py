@@ -99,14 +99,18 @@ def test_gradient_threads_give_the_gradient_of_the_whole_batch(n):
     model = Transformer(TINY, seed=3, dtype=np.float64)
     threads = GradientThreads(model, n)
     rng = np.random.default_rng(n)
-    for _ in range(2):
+    for ignored in (False, True):
         x = rng.integers(0, TINY.vocab_size, size=(5, 17))
+        y = x[:, 1:].copy()
+        if ignored:  # uncounted targets, unevenly spread: a share's weight is its share of counted targets
+            y[0] = -100
+            y[1, :4] = -100
         model.zero_grad()
-        loss = model.loss(x[:, :-1], x[:, 1:])
+        loss = model.loss(x[:, :-1], y)
         (loss * 0.5).backward()
         want = {name: p.grad.copy() for name, p in model.named_parameters()}
         model.zero_grad()
-        got = threads.backward(x[:, :-1], x[:, 1:], scale=0.5)
+        got = threads.backward(x[:, :-1], y, scale=0.5)
         assert got == pytest.approx(float(loss.data), rel=1e-13)
         for name, p in model.named_parameters():
             np.testing.assert_allclose(p.grad, want[name], rtol=1e-11, atol=1e-15, err_msg=name)
@@ -239,6 +243,52 @@ def test_non_finite_gradient_names_the_step_and_parameter(make_model):
 # ----------------------------------------------------------------------------
 # Evaluation
 # ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(batch_size=-1), "batch_size must be an int >= 1, got -1"),
+    (dict(batch_size=0), "batch_size must be an int >= 1, got 0"),
+    (dict(max_windows=-1), "max_windows must be an int >= 0, got -1"),
+    (dict(seq_len=2.5), "seq_len must be an int >= 1, got 2.5"),
+])
+def test_evaluate_refuses_counts_that_would_give_a_wrong_loss(kwargs, words):
+    """batch_size=-1 used to count only the last window; max_windows=-1 gave a negative token count."""
+    model = Transformer(TINY, seed=0)
+    tok = Tokenizer.train([make_stories(50, 0)], vocab_size=TINY.vocab_size)
+    ids = np.random.default_rng(0).integers(0, TINY.vocab_size, 40)
+    with pytest.raises(ValueError, match=words):
+        evaluate(model, ids, tok, **{"seq_len": 8, **kwargs})
+    with pytest.raises(TypeError, match="integer token ids"):
+        evaluate(model, ids.astype(float), tok, seq_len=8)
+
+
+def test_train_step_refuses_no_batches_and_a_nan_learning_rate():
+    model = Transformer(TINY, seed=0)
+    opt = AdamW(model.named_parameters())
+    x = np.random.default_rng(0).integers(0, TINY.vocab_size, (2, 5))
+    with pytest.raises(ValueError, match="at least one micro-batch"):
+        train_step(model, opt, [], 1e-3, 1.0)
+    before = {k: v.copy() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="learning rate must be a finite number >= 0, got nan"):
+        train_step(model, opt, [(x, x)], float("nan"), 1.0)
+    assert all(np.array_equal(v, before[k]) for k, v in model.state_dict().items())
+    with pytest.raises(TypeError, match="pass model.named_parameters"):
+        AdamW(model.parameters())
+    with pytest.raises(ValueError, match="betas must be two numbers"):
+        AdamW(model.named_parameters(), betas=(0.9, 0.95, 0.99))
+
+
+def test_a_trainer_takes_one_path_or_a_folder(texts, tmp_path):
+    """As the command line does: a single path is not a list of one-letter names; a folder gives its *.txt."""
+    train, valid = texts
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text(Path(train).read_text(encoding="utf-8"), encoding="utf-8")
+    config = TrainConfig(steps=1, batch_size=2, seq_len=16, warmup_steps=1, checkpoint_every=0, eval_every=0)
+    small = ModelConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=32)
+    one = Trainer(config, small, str(train), tmp_path / "r1", valid_files=str(valid), progress=False)
+    assert one.train_files == [Path(train).resolve()] and one.valid_files == [Path(valid).resolve()]
+    assert Trainer(config, small, [folder], tmp_path / "r2", progress=False).train_files == [(folder / "a.txt").resolve()]
+
 
 def test_evaluate_matches_pytorch_and_counts_bytes(make_model, tmp_path):
     torch = pytest.importorskip("torch")

@@ -183,7 +183,8 @@ class Tensor:
             if self.data.size != 1:
                 raise ValueError(f"backward() without a gradient needs a scalar, got shape {self.shape}")
             grad = np.ones_like(self.data)
-        grad = np.asarray(grad, dtype=self.dtype)
+        # a leaf keeps its own copy (an optimizer updates .grad in place); a graph's root passes it on
+        grad = np.array(grad, dtype=self.dtype) if self._backward is None else np.asarray(grad, dtype=self.dtype)
         if grad.shape != self.shape:
             raise ValueError(f"gradient shape {grad.shape} does not match tensor shape {self.shape}")
 
@@ -219,6 +220,9 @@ class Tensor:
                 for parent, pg in zip(node._parents, node._backward(g)):
                     if pg is None or not parent.requires_grad:
                         continue
+                    if parent._backward is None and np.shape(pg) != parent.shape:
+                        raise ValueError(f"backward: an op gave a gradient of shape {np.shape(pg)} for a "
+                                         f"tensor of shape {parent.shape} (its inputs did not match)")
                     if parent.grad is not None:
                         parent.grad = parent.grad + pg
                         if parent._backward is None and parent.grad.dtype != parent.dtype:
@@ -256,7 +260,10 @@ class Tensor:
     def log(self): return log(self)
     def sqrt(self): return sqrt(self)
     def reshape(self, *shape): return reshape(self, shape[0] if len(shape) == 1 else shape)
-    def transpose(self, *axes): return transpose(self, axes or None)
+    def transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):  # t.transpose((1, 0)), as NumPy allows
+            axes = tuple(axes[0])
+        return transpose(self, axes or None)
     def softmax(self, axis=-1): return softmax(self, axis)
 
 
@@ -683,13 +690,20 @@ def masked_softmax(a, mask, axis: int = -1) -> Tensor:
 
 
 def log_softmax(a, axis: int = -1) -> Tensor:
+    """log(softmax(a)) along ``axis``; a row that is all -inf gives -inf and a zero gradient
+    (its softmax is all zeros, as :func:`softmax_np` makes it)."""
     a = _as_tensor(a)
     peak = a.data.max(axis=axis, keepdims=True)
+    dead = np.isneginf(peak)                                            # rows with nothing to choose
+    peak = np.where(dead, 0.0, peak).astype(a.dtype, copy=False)        # (no shift there)
     shifted = a.data - peak
-    out = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    with np.errstate(divide="ignore"):
+        lse = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    out = shifted - np.where(dead, 0.0, lse).astype(a.dtype, copy=False)   # a dead row stays -inf
 
     def backward(g):
-        return (g - np.exp(out) * g.sum(axis=axis, keepdims=True),)
+        dx = g - np.exp(out) * g.sum(axis=axis, keepdims=True)
+        return (np.where(dead, 0.0, dx).astype(g.dtype, copy=False) if dead.any() else dx,)
     return _make(out, (a,), backward)
 
 
@@ -798,7 +812,7 @@ def embedding(weight, ids) -> Tensor:
     if ids.size and (ids.min() < 0 or ids.max() >= weight.shape[0]):
         bad = ids[(ids < 0) | (ids >= weight.shape[0])].reshape(-1)[0]
         raise ValueError(f"embedding id {bad} is out of range [0, {weight.shape[0]})")
-    flat = ids.reshape(-1)
+    flat = ids.reshape(-1).astype(np.intp)                              # id * C must not wrap (uint16 ids)
 
     def backward(g):
         # Repeated ids accumulate. np.add.at over flat (row * C + column) indices
@@ -825,7 +839,11 @@ def concatenate(tensors, axis: int = 0) -> Tensor:
 def split(a, sections, axis: int = 0) -> list[Tensor]:
     """Split into pieces of the given sizes (a list) or into ``sections`` equal parts (an int)."""
     a = _as_tensor(a)
-    if isinstance(sections, int):
+    if a.ndim == 0:
+        raise ValueError("split needs a tensor with at least one axis, got a 0-d tensor")
+    (axis,) = _norm_axis(axis, a.ndim)
+    if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool):
+        sections = int(sections)
         if sections < 1 or a.shape[axis] % sections:
             raise ValueError(f"cannot split axis of size {a.shape[axis]} into {sections} equal parts")
         sizes = [a.shape[axis] // sections] * sections
@@ -849,7 +867,11 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
     g*repeats ... g*repeats + repeats - 1.
     """
     a = _as_tensor(a)
-    axis = axis % a.ndim
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ValueError(f"repeat_interleave repeats must be an int >= 1, got {repeats!r}")
+    if a.ndim == 0:
+        raise ValueError("repeat_interleave needs a tensor with at least one axis, got a 0-d tensor")
+    (axis,) = _norm_axis(axis, a.ndim)
 
     def backward(g):
         shape = a.shape[:axis] + (a.shape[axis], repeats) + a.shape[axis + 1:]
@@ -863,6 +885,11 @@ def masked_fill(a, mask, value: float) -> Tensor:
     mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
     if mask.dtype != np.bool_:
         raise TypeError(f"masked_fill needs a bool mask, got dtype {mask.dtype}")
+    try:
+        if np.broadcast_shapes(mask.shape, a.shape) != a.shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the tensor's shape {a.shape}") from None
 
     def backward(g):
         return (_unbroadcast(np.where(mask, 0.0, g).astype(g.dtype, copy=False), a.shape),)
@@ -898,7 +925,10 @@ def rms_norm(x, weight, eps: float) -> Tensor:
     Row sums of products are ``einsum`` contractions: one pass, no temporary.
     """
     x, weight = _pair(x, weight)
-    C = x.shape[-1]
+    C = x.shape[-1] if x.ndim else 0
+    if x.dtype.kind != "f" or weight.shape != (C,):
+        raise ValueError(f"rms_norm needs floating-point x (..., C) and weight (C,); "
+                         f"got x {x.shape} {x.dtype}, weight {weight.shape}")
     ms = np.einsum("...i,...i->...", x.data, x.data)[..., None]         # (..., 1) sum of squares
     ms /= C
     ms += eps
@@ -975,6 +1005,8 @@ def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
     x = _as_tensor(x)
     if x.ndim < 1 or x.shape[-1] % 2:
         raise ValueError(f"rope needs an even last axis (pairs of features), got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"rope needs floating-point x, got dtype {x.dtype}")
     z = rope_table(cos, sin, None, x.dtype)                             # (..., n, D/2) complex
     out = rotate(x.data, z)                                             # (..., n, D)
 
@@ -992,14 +1024,28 @@ def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
     so K and V are never copied per query head. Returns (B, H, n, D).
     """
     q, k, v = _as_tensor(q), _as_tensor(k, q), _as_tensor(v, q)
+    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] \
+            or k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"attention needs q (B, H, n, D) and k, v (B, G, m, D) with H a multiple of G; "
+                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
+    if q.dtype.kind != "f":
+        raise TypeError(f"attention needs floating-point q, k, v, got dtype {q.dtype}")
     B, H, n, D = q.shape
     G, m = k.shape[1], k.shape[2]
     r = H // G
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(f"attention needs a bool mask (True = forbidden), got dtype {mask.dtype}")
+        try:
+            np.broadcast_shapes(mask.shape, (B, 1, n, m))
+        except ValueError:
+            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (B, 1, n, m) = {(B, 1, n, m)}") from None
     qg = q.data.reshape(B, G, r * n, D)                                 # (B, G, r*n, D)
     p = qg @ k.data.swapaxes(-1, -2)                                    # (B, G, r*n, m)
     p *= scale
     if mask is not None:
-        mask = np.broadcast_to(np.asarray(mask), (B, 1, n, m))[:, :, None]  # (B, 1, 1, n, m)
+        mask = np.broadcast_to(mask, (B, 1, n, m))[:, :, None]          # (B, 1, 1, n, m)
         np.copyto(p.reshape(B, G, r, n, m), -np.inf, where=mask)
     _softmax_inplace(p)                                                 # (B, G, r*n, m)
     out = p @ v.data                                                    # (B, G, r*n, D)

@@ -630,7 +630,7 @@ def import_hf(folder, out_file, dtype=None):
     checkpoint's own files). ``dtype``: as :func:`load_hf`.
     """
     out = Path(out_file)
-    if Path(folder).is_dir() and out.resolve().parent == Path(folder).resolve():
+    if Path(folder).is_dir() and out.resolve().is_relative_to(Path(folder).resolve()):
         raise ValueError(f"cannot write {str(out)!r} into the checkpoint folder {str(folder)!r} being read; "
                          "choose a file outside it")
     model, tokenizer, perm = load_hf(folder, dtype)

@@ -87,10 +87,10 @@ def model_dtype(dtype) -> np.dtype:
     """``dtype`` as a NumPy dtype if a model can compute in it (float32 or float64); a one-line
     ValueError otherwise. (NumPy has no fast float16 matrix product, and no bfloat16.)"""
     try:
-        dt = np.dtype(dtype)
+        dt = None if dtype is None else np.dtype(dtype)                 # (NumPy reads None as float64)
     except TypeError:
         dt = None
-    # (``dt`` is compared by name: NumPy reads None as float64, so ``None == np.float64`` holds)
+    # (compared by name: NumPy also reads None as float64, so ``np.dtype("float64") == None`` holds)
     if dt is None or dt.name not in ("float32", "float64") or isinstance(dtype, bool):
         shown = dt.name if dt is not None else repr(dtype)
         raise ValueError(f"dtype must be float32 or float64, got {shown}")
@@ -494,9 +494,18 @@ class KVCache:
 
     def __init__(self, config: ModelConfig, batch: int, dtype=np.float32, capacity: int | None = None,
                  pad: np.ndarray | None = None):
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        for name, value in (("batch", batch), ("capacity", capacity)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise TypeError(f"cache {name} must be an int, got {value!r}")
+        if batch < 1:
+            raise ValueError(f"cache batch must be >= 1, got {batch}")
         capacity = config.max_seq_len if capacity is None else int(capacity)
         if not 1 <= capacity <= config.max_seq_len:
             raise ValueError(f"cache capacity must be in [1, {config.max_seq_len}], got {capacity}")
+        dtype = model_dtype(dtype)
+        self.config = config
         shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
         self.k = np.zeros(shape, dtype=dtype)
         self.v = np.zeros(shape, dtype=dtype)
@@ -588,6 +597,11 @@ class Transformer(Module):
     def dtype(self):
         return self.tok_embeddings.weight.dtype
 
+    @property
+    def _cache_axes(self) -> tuple[int, int, int]:
+        c = self.config
+        return (c.n_layers, c.n_kv_heads, c.head_dim)
+
     def snapshot_axes(self) -> dict[str, tuple[str, ...]]:
         return dict(self._axes)
 
@@ -640,6 +654,10 @@ class Transformer(Module):
             raise ValueError(f"sequence of {m} positions (start {start} + {n} new) exceeds the {what} {limit}")
         if cache is not None and cache.batch != B:
             raise ValueError(f"cache was made for batch {cache.batch}, got tokens with batch {B}")
+        if cache is not None and (cache.k.dtype != self.dtype or cache.k.shape[0::2] != self._cache_axes):
+            raise ValueError(f"cache holds {cache.k.dtype} keys of shape (L, B, G, capacity, D) = {cache.k.shape}; "
+                             f"this model needs {self.dtype} with (L, G, D) = {self._cache_axes}: make it with "
+                             "model.new_cache(batch)")
         pad = None if cache is None else cache.pad
         if self._tracer is not None:
             self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens, pad=pad)
@@ -669,9 +687,12 @@ class Transformer(Module):
         return logits
 
     def loss(self, tokens, targets, ignore_index: int = -100) -> Tensor:
-        """Mean cross-entropy of next-token ``targets`` (B, n) given ``tokens`` (B, n)."""
+        """Mean cross-entropy of next-token ``targets`` (B, n) given ``tokens`` (B, n); (n,) and (n,) also do."""
         logits = self(tokens)
-        return ag.cross_entropy(logits, np.asarray(targets), ignore_index)
+        targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+        if targets.ndim == 1 and logits.shape[0] == 1:                  # one row given without its batch axis
+            targets = targets[None]
+        return ag.cross_entropy(logits, targets, ignore_index)
 
     def num_params(self) -> int:
         return int(sum(p.data.size for p in self.parameters()))

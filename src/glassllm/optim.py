@@ -116,9 +116,18 @@ class AdamW:
 
     def __init__(self, named_params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95),
                  eps: float = 1e-8, weight_decay: float = 0.1):
+        named_params = list(named_params)
+        if any(isinstance(p, Tensor) for p in named_params):
+            raise TypeError("AdamW takes (name, parameter) pairs: pass model.named_parameters(), "
+                            "not model.parameters()")
         self.params: dict[str, Tensor] = dict(named_params)
         if not self.params:
             raise ValueError("AdamW got no parameters to optimise")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"AdamW betas must be two numbers (beta1, beta2), got {betas!r}")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(lr) or lr < 0:
+            raise ValueError(f"AdamW lr must be a finite number >= 0, got {lr!r}")
         b1, b2 = betas
         for name, value in (("beta1", b1), ("beta2", b2)):
             if not 0.0 <= value < 1.0:

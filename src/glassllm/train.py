@@ -52,6 +52,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import shlex
 import shutil
 import sys
@@ -64,7 +65,7 @@ import numpy as np
 from .autograd import no_grad
 from .checkpoint import atomic_path, atomic_write, make_folder, save_model
 from .config import JsonConfig, ModelConfig
-from .data import REPEAT_TOKENS, WindowSampler, resolve_sources, text_sha256s, token_ids
+from .data import REPEAT_TOKENS, WindowSampler, expand_paths, resolve_sources, text_sha256s, token_ids
 from .nn import Transformer
 from .optim import AdamW, clip_grad_norm, global_norm, lr_at
 
@@ -230,9 +231,14 @@ class GradientThreads:
             for p, q in zip(params, copy.parameters()):
                 q.data, q.grad = p.data, None
 
+        # A share's loss is the mean over its counted targets (not -100): weighting it by its share of
+        # all counted targets makes the sum the mean over the whole batch, as one forward would give.
+        counted = np.asarray(y) != -100
+        total_counted = max(int(counted.sum()), 1)
+
         def run(copy, rows):
             loss = copy.loss(x[rows], y[rows])
-            weight = len(rows) / len(x)
+            weight = int(counted[rows].sum()) / total_counted
             (loss * (scale * weight)).backward()
             return float(loss.data) * weight
 
@@ -266,6 +272,11 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
     snapshot that is not finite in forward order, and the first snapshot
     gradient that is not finite in backward order.
     """
+    if not batches:
+        raise ValueError("train_step needs at least one micro-batch [(x, y), ...], got none")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"step {step}: the learning rate must be a finite number >= 0, got {lr!r}")
     optimizer.zero_grad()
     scale = 1.0 / len(batches)
     total = 0.0
@@ -384,12 +395,19 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
     """Loss, perplexity and bits per byte of ``model`` on the token stream ``ids``.
 
     Non-overlapping windows of ``seq_len`` (see the module docstring); with
-    ``max_windows`` only the first that many windows count.
+    ``max_windows`` only the first that many windows count (None or 0: all).
     """
     ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"evaluation needs integer token ids, got dtype {ids.dtype}")
     if ids.ndim != 1 or len(ids) < 2:
         raise ValueError(f"evaluation needs at least 2 tokens, got {len(ids) if ids.ndim == 1 else ids.shape}")
-    if not 1 <= seq_len <= model.config.max_seq_len:
+    for name, value, low in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1), ("max_windows", max_windows, 0)):
+        if value is None and name == "max_windows":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if seq_len > model.config.max_seq_len:
         raise ValueError(f"seq_len must be in [1, {model.config.max_seq_len}], got {seq_len}")
     n_windows = math.ceil((len(ids) - 1) / seq_len)
     if max_windows:
@@ -457,8 +475,10 @@ class Trainer:
         self.out = make_folder(out_dir)
         self.cache_dir = Path(cache_dir) if cache_dir else self.out / "cache"
         self.progress = progress
-        self.train_files = [Path(f).resolve() for f in train_files]
-        self.valid_files = [Path(f).resolve() for f in valid_files]
+        # a path or a list of them; folders give their *.txt files (as on the command line)
+        self.train_files = [f.resolve() for f in expand_paths(train_files)]
+        has_valid = isinstance(valid_files, (str, os.PathLike)) or len(valid_files) > 0
+        self.valid_files = [f.resolve() for f in expand_paths(valid_files)] if has_valid else []
         self.train_hashes = text_sha256s(self.train_files)
         self.valid_hashes = text_sha256s(self.valid_files)
         if tokenizer is None:

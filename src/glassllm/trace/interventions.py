@@ -183,9 +183,12 @@ class MeanAblate(Intervention):
         return t * keep + fill                                           # (B, H, n, D)
 
     def __repr__(self):
-        mean = self.mean if not isinstance(self.mean, Trace) else getattr(self, "_mean", None)
-        mean = ("Trace" if mean is None else
-                np.array2string(np.asarray(mean), precision=6, separator=", ", max_line_width=10**6))
+        if isinstance(self.mean, Trace):
+            mean = getattr(self, "_mean", None)
+            mean = "Trace" if mean is None else np.array2string(mean, precision=6, separator=", ",
+                                                                 max_line_width=10**6)
+        else:
+            mean = np.array2string(np.asarray(self.mean), precision=6, separator=", ", max_line_width=10**6)
         return f"MeanAblate(layer={self.layer}, head={self.head}, mean={mean})"
 
 
@@ -224,7 +227,8 @@ class Patch(Intervention):
             no_n = next((k for k in found if "n" not in axes[k]), None)
             if no_n is not None:
                 raise ValueError(f"Patch positions need an n axis; {no_n!r} has axes {axes[no_n]}")
-        self.axes = {k: axes[k] for k in found}
+        # a name's axes are the same in every model, so binding again only adds names
+        self.axes = {**getattr(self, "axes", {}), **{k: axes[k] for k in found}}
         return found
 
     def apply(self, name, t, step):

@@ -71,12 +71,16 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
                       interpolation="nearest", aspect="equal" if attention else "auto")
 
-    labels = {"n": _pieces(tokenizer, s.tokens, s.start), "m": _pieces(tokenizer, trace.context(s.index), 0)}
+    keys = trace.context(s.index)                                       # positions m - len .. m-1
+    # axis letter -> (first drawn index that has a label, labels); key ids the trace never saw stay unlabelled
+    labels = {"n": (0, _pieces(tokenizer, s.tokens, s.start)),
+              "m": (s.m - len(keys), _pieces(tokenizer, keys, s.m - len(keys)))}
     for letter, set_label, set_ticks in ((axes[0], ax.set_ylabel, ax.set_yticks),
                                          (axes[1], ax.set_xlabel, ax.set_xticks)):
         set_label("query position" if attention and letter == "n" else AXIS_NAMES.get(letter, letter or ""))
-        if tokenizer is not None and letter in labels and len(labels[letter]) <= 64:
-            set_ticks(range(len(labels[letter])), labels[letter], fontsize=7,
+        if tokenizer is not None and letter in labels and len(labels[letter][1]) <= 64:
+            first, names = labels[letter]
+            set_ticks(range(first, first + len(names)), names, fontsize=7,
                       **({"rotation": 90} if set_ticks == ax.set_xticks else {}))
     what = f"d loss / d {full}" if grad else full
     where = [f"head {head}" if head is not None else "", f"step {s.index}" if len(trace.steps) > 1 else ""]

@@ -76,17 +76,20 @@ class Trace:
         return np.concatenate([s.tokens for s in self.steps])
 
     def context(self, step: int = -1) -> np.ndarray:
-        """The token ids at positions 0 .. m-1 that step ``step``'s queries read: (m,).
+        """The token ids of the keys step ``step``'s queries read, positions m - k .. m-1: (k,).
 
-        Taken from that step and the steps before it back to the latest one that
-        started at position 0, so a second, separate forward does not borrow the
-        first one's tokens. Shorter than m only when the trace did not record the
-        steps that filled a cache it was given.
+        Taken from that step and the steps just before it that it continues (each
+        starting where the previous one ended), so a separate forward never lends
+        its tokens. Usually k = m: the chain reaches back to position 0. It is
+        shorter when the trace did not see the steps that filled the first
+        positions (a cache filled before tracing): those ids are unknown.
         """
         s = self.step(step)
-        first = max((i for i in range(s.index + 1) if self.steps[i].start == 0), default=0)
+        first = s.index
+        while first > 0 and self.steps[first - 1].start + self.steps[first - 1].n == self.steps[first].start:
+            first -= 1
         ids = np.concatenate([t.tokens for t in self.steps[first: s.index + 1]])
-        return ids[: s.m]
+        return ids[-s.m:]
 
     @property
     def pad(self) -> int:
