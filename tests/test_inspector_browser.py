@@ -385,17 +385,26 @@ def test_fast_steps_never_run_past_the_text_and_failed_views_are_greyed_out(brow
     if page.evaluate("() => window.glass.state.finished"):
         assert page.is_disabled("#step")
 
-    # A view that fails (the gradient of the boolean mask, asked for through the API of the page):
-    # its heading says so and the previous heatmap is greyed out; the gradient button is disabled there.
+    # The gradient of the boolean mask has nothing to show: asked for, the page shows the mask's values.
     page.evaluate("() => window.glass.reset()")
     idle(page)
     page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2, grad: true})")
     page.evaluate("() => window.glass.select({name: 'attn.mask'})")
     idle(page)
+    assert page.evaluate("() => window.glass.state.grad") is False and "attn.mask" in page.inner_text("#view-name")
+    assert page.is_disabled("#showwhat button[data-grad='1']")
+    # A view that fails (under an edit the server refuses: an rms of 0 would divide by zero): its heading
+    # says so, the previous heatmap is greyed out, and the lines under it no longer describe that view.
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2})")
+    idle(page)
+    hover(page, 2, 1)
+    page.evaluate("() => window.glass.intervene({kind: 'edit', layer: 0, name: 'attn_norm.rms', row: 0, col: 0, "
+                  "value: 0})")
+    idle(page)
     assert "not shown" in page.inner_text("#view-name")
     assert page.evaluate("() => document.getElementById('heatmap-wrap').classList.contains('stale')")
-    assert page.is_disabled("#showwhat button[data-grad='1']")
-    page.evaluate("() => window.glass.select({name: 'attn.softmax', grad: false})")
+    assert page.get_attribute("#readout", "data-value") is None and page.inner_text("#rowsum-line") == ""
+    page.evaluate("() => window.glass.intervene(null)")
     idle(page)
     assert not page.evaluate("() => document.getElementById('heatmap-wrap').classList.contains('stale')")
 
@@ -436,6 +445,15 @@ def test_heads_and_layers_answer_the_keyboard(browser, server):
     page.keyboard.press("ArrowLeft")                                     # wraps to the last layer
     idle(page)
     assert page.evaluate("() => window.glass.state.layer") == len(page.query_selector_all("#layers button")) - 1
+    # One Tab stop per group: from the chosen layer, Tab reaches the snapshot list, the chosen head, then
+    # value/gradient -- not every button on the way.
+    page.focus(f"#layers button[data-layer='{page.evaluate('() => window.glass.state.layer')}']")
+    stops = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        stops.append(page.evaluate("() => [document.activeElement.id || document.activeElement.parentElement.id, "
+                                   "document.activeElement.tagName === 'SELECT' ? '' : document.activeElement.innerText]"))
+    assert stops == [["snapshot", ""], ["heads", "1"], ["showwhat", "value"]]
     page.close()
 
 
@@ -457,6 +475,38 @@ def test_a_candidate_can_be_picked_from_the_keyboard(browser, server):
     page.keyboard.press("Enter")
     idle(page)
     assert page.evaluate("() => [window.glass.state.grad, window.glass.state.target]") == [True, int(second)]
+    page.close()
+
+
+def test_nothing_on_the_page_describes_a_view_that_is_gone(browser, server, parts):
+    """A value read by hovering is not left under another view; probs offer no (all-zero) gradient;
+    the next-token panel says it is without the intervention; at temperature 0 ties rank by logit."""
+    page = opened(browser, server.url, "{name: 'attn.softmax', layer: 0, head: 0}")
+    hover(page, 3, 1)
+    assert page.get_attribute("#readout", "data-value") is not None
+    page.evaluate("() => window.glass.select({layer: 1})")
+    idle(page)
+    assert page.get_attribute("#readout", "data-value") is None          # not layer 0's number under layer 1
+    assert "Hover a cell" in page.inner_text("#readout")
+
+    page.evaluate("() => window.glass.select({name: 'logits', grad: true})")
+    idle(page)
+    page.evaluate("() => window.glass.select({name: 'probs'})")
+    idle(page)
+    assert page.evaluate("() => window.glass.state.grad") is False and page.is_disabled("#showwhat button[data-grad='1']")
+    assert "logits" in page.get_attribute("#showwhat button[data-grad='1']", "title")
+
+    page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 1, head: 0})")
+    idle(page)
+    assert "without the intervention" in page.inner_text("#next-where")
+
+    page.evaluate("() => window.glass.intervene(null)")
+    idle(page)
+    page.fill("#temperature", "0")
+    page.dispatch_event("#temperature", "input")
+    ids = [int(b.get_attribute("data-id")) for b in page.locator("#bars li.bar").all()]
+    logits = page.evaluate("() => Array.from(window.glass.next.logits)")
+    assert ids == sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:len(ids)]   # by logit, not by id
     page.close()
 
 
@@ -528,6 +578,15 @@ def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
     np.testing.assert_allclose(got, softmax64(ref.get("logits")[-1], 1.0), rtol=1e-12, atol=1e-300)
     assert "layers.2.attn.softmax, head 3, cell (2, 1) set to 0.9" in page.inner_text("#iv-summary")
     assert page.inner_text("#rowsum-line").startswith("Not every row sums to 1")   # row 2 no longer does
+    # A value out of range keeps the last one, and says so; Escape goes back to the heatmap.
+    page.fill("#iv-value", "1e30")
+    page.dispatch_event("#iv-value", "change")
+    idle(page)
+    assert page.evaluate("() => window.glass.state.intervention.value") == 0.9
+    assert "still applied: 0.9" in page.inner_text("#iv-value-note")
+    assert heatmap(page)["values"][2 * h["cols"] + 1] == float(np.float32(0.9))
+    page.press("#iv-value", "Escape")
+    assert page.evaluate("() => document.activeElement.id") == "heatmap"
 
     # With the mouse: a click picks the cell; crossing others on the way to the button does not change it.
     page.check("input[name=iv][value=none]")
@@ -554,6 +613,12 @@ def test_one_number_can_be_edited_from_the_heatmap(browser, server, parts):
     # A future key cannot be edited: masked by rule.
     page.locator("#heatmap").click(position=page.evaluate("() => window.glass.heatmap.cellCenter(0, 3)"))
     assert page.is_disabled("#edit-cell")
+    # Not even when the view shows it unmasked, with the mask switched off: the edit would replace that switch.
+    page.evaluate("() => window.glass.intervene({kind: 'mask_off', layer: 2})")
+    idle(page)
+    assert not heatmap(page)["values"][3] == 0.0                          # (0, 3) now holds a real weight
+    page.locator("#heatmap").click(position=page.evaluate("() => window.glass.heatmap.cellCenter(0, 3)"))
+    assert page.is_disabled("#edit-cell") and "future key" in page.get_attribute("#edit-cell", "title")
 
     # A gradient view cannot be edited; the button says so by being off.
     page.evaluate("() => window.glass.select({grad: true})")

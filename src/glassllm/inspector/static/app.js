@@ -147,6 +147,9 @@
   let lastAxis = "H";                // the head axis of the last snapshot that had one
   function normalizeSelection(sel) {
     const out = {...sel};
+    // Views without a gradient (the boolean mask; probs, which the loss does not read) show their values.
+    const to = out.name ?? state.name;
+    if ((out.grad ?? state.grad) && (to === "probs" || to.endsWith("attn.mask"))) out.grad = false;
     const before = names[state.name];
     if (before && before.heads) heads[before.head_axis] = state.head;   // remember the head being left
     const meta = names[out.name ?? state.name];
@@ -212,6 +215,8 @@
     document.querySelectorAll("input[name=iv]").forEach((r) => r.addEventListener("change", onIntervention));
     for (const id of ["iv-layer", "iv-head", "iv-temp", "iv-value"]) $(id).addEventListener("change", onIntervention);
     $("edit-cell").addEventListener("click", () => editCell());
+    // Escape in the value box goes back to the heatmap, to the cell being edited.
+    $("iv-value").addEventListener("keydown", (e) => { if (e.key === "Escape") { e.preventDefault(); $("heatmap").focus(); } });
     if (embedded) {
       $("edit-cell").title = "setting a number needs a new forward pass: run glassllm inspect";
       document.querySelector("input[name=iv][value=edit]").disabled = true;
@@ -271,8 +276,24 @@
     $("showwhat").querySelectorAll("button").forEach((b) => {
       b.classList.toggle("on", (b.dataset.grad === "1") === state.grad);
       b.setAttribute("aria-checked", String((b.dataset.grad === "1") === state.grad));
-      b.disabled = b.dataset.grad === "1" && (state.step > 0 || state.name.endsWith("attn.mask"));
+      // No gradient to show: a decoding step (no loss there), the boolean mask, and probs (the loss is
+      // computed from the logits, so its gradient with respect to probs is exactly 0 everywhere).
+      const why = b.dataset.grad !== "1" ? "" : state.step > 0 ? "gradients are for the prompt's pass"
+        : state.name.endsWith("attn.mask") ? "the mask is boolean: it has no gradient"
+        : state.name === "probs" ? "the loss is computed from the logits, so ∂loss/∂probs is 0: view the logits' gradient"
+        : "";
+      b.disabled = !!why;
+      b.title = why;
     });
+    for (const id of ["layers", "heads", "showwhat"]) rove($(id));
+  }
+
+  // One Tab stop per group of radio buttons: the chosen one (or the first that can be chosen); the arrow
+  // keys move within the group. So Tab goes layer -> head -> value/gradient -> heatmap, not button by button.
+  function rove(group) {
+    const buttons = [...group.querySelectorAll("button")];
+    const stop = buttons.find((b) => b.classList.contains("on") && !b.disabled) || buttons.find((b) => !b.disabled);
+    for (const b of buttons) b.tabIndex = b === stop ? 0 : -1;
   }
 
   function userSelect(sel) {
@@ -357,10 +378,17 @@
         // The heatmap and its heading would describe the previous view: say so, and grey it out.
         $("view-error").textContent = e.message;
         $("view-error").hidden = false;
+        const kv = /^attn\.(k|v|rope_k|cache_k|cache_v)$/.test(body.name);
         $("view-name").textContent = `${body.layer !== undefined ? `layers.${body.layer}.` : ""}${body.name}` +
-          `${body.head !== undefined ? ` · head ${body.head}` : ""}: not shown`;
+          `${body.head !== undefined ? ` · ${kv ? "key/value" : "query"} head ${body.head}` : ""}: not shown`;
         $("view-shape").textContent = "the greyed-out heatmap below is the previous view";
         $("heatmap-wrap").classList.add("stale");
+        // Nothing below may go on describing the previous view as if it were this one.
+        hideCell();
+        cursor = null;
+        clearReadout();
+        $("rowsum-line").textContent = "";
+        $("howto-text").replaceChildren(el("p", {}, "No view to read: see the message above."));
         updateEditButton();
       }
     });
@@ -560,7 +588,10 @@
     } else $("rowsum-line").textContent = "";
 
     geom = {x0, y0, cw, ch, rows, cols};
-    if (cursor) showReadout(cursor.i, cursor.j);   // a cell picked before, read again in this view
+    // A cell picked before is read again in this view; otherwise the line must not keep describing a cell
+    // of the previous view (it is a live region: a screen reader would announce a number that is not here).
+    if (cursor) showReadout(cursor.i, cursor.j);
+    else clearReadout();
     updateEditButton();
     glass.heatmap = {
       name: r.name, local: r.local, layer: r.layer, head: r.head, grad: r.grad, step: r.step,
@@ -610,10 +641,10 @@
     const shape = `shape (${r.axes.filter((a) => a).map((a, i) => `${a} = ${r.shape[i]}`).join(", ")})`;
     const target = r.grad ? ` · loss = −log p(${JSON.stringify(r.target_piece)}) at the last position` : "";
     $("view-shape").textContent = `${shape} · ${stepTxt}${target}${iv}`;
-    $("howto-text").replaceChildren(...howTo(r, c).map((t) => el("p", {}, t)));
+    $("howto-text").replaceChildren(...howTo(r, c, sc).map((t) => el("p", {}, t)));
   }
 
-  function howTo(r, c) {
+  function howTo(r, c, sc) {
     const out = [];
     if (r.grad) {
       out.push("This is a gradient, not an activation: each cell says how much the loss −log p(target) would change " +
@@ -639,10 +670,22 @@
         "W_O, the residual stream and later layers all stand between it and the prediction. " +
         "To test influence, ablate the head (Intervene) and compare the next-token distribution — knowing that " +
         "ablation also moves the model off the inputs it was trained on.");
+    } else if (r.col_kind === "vocab") {
+      out.push("Rows are positions (one per token), columns are the vocabulary: column j is token id j, and its " +
+        "piece is shown when you hover or move to a cell. Row i holds the model's scores (or probabilities) for " +
+        "the token that comes after position i.");
+      if (!r.grad) out.push(r.local === "probs"
+        ? "Each row is a distribution over all ids and sums to 1; the colour scale runs from 0 to the largest value."
+        : "Logits are unnormalised: only their differences within a row matter (the softmax ignores a shift).");
+    } else if (r.col_kind === "none" || r.shape[1] === 1) {
+      out.push("One number per position (a single column): rows are positions, one per token. Hover a cell, or " +
+        "move to it with the arrow keys, for its exact value.");
     } else {
       out.push(`Rows are positions (one per token), columns are the coordinates of the vector at that position. ` +
         "A feature index has no meaning by itself: there is no reason feature 17 should mean anything a person could name.");
-      if (!r.grad) out.push("The colour scale is symmetric around 0 for signed values; hover a cell, or move to it with the arrow keys, for its exact value.");
+      if (!r.grad) out.push(sc && sc.kind === "seq"
+        ? "The colour scale runs from 0 to the largest value (every value here is >= 0); hover a cell, or move to it with the arrow keys, for its exact value."
+        : "The colour scale is symmetric around 0 for signed values; hover a cell, or move to it with the arrow keys, for its exact value.");
     }
     return out;
   }
@@ -718,6 +761,14 @@
     return {where: colTxt ? `${rowTxt} → ${colTxt}` : rowTxt, exact: String(r.data[i * geom.cols + j]), masked};
   }
 
+  const readoutHint = $("readout").textContent;   // the page's own words for "nothing read yet"
+
+  function clearReadout() {
+    const ro = $("readout");
+    ro.textContent = readoutHint;
+    delete ro.dataset.row; delete ro.dataset.col; delete ro.dataset.value;
+  }
+
   function showReadout(i, j) {
     const c = describeCell(i, j), ro = $("readout");
     ro.textContent = `${c.where}: ${c.exact}${c.masked ? " (masked)" : ""}`;
@@ -770,8 +821,14 @@
     const b = $("edit-cell"), r = current;
     const stale = $("heatmap-wrap").classList.contains("stale");
     const masked = !!cursor && !!r && !!r.mask && !!r.mask[cursor.i * geom.cols + cursor.j];
-    b.disabled = !cursor || !editable(r) || stale || masked;
+    // A future key of the scores or weights is masked by rule in the pass an edit runs on, even when the
+    // view shows it unmasked under "switch off the causal mask" (an edit replaces that intervention).
+    const future = !!cursor && !!r && (r.local === "attn.scores" || r.local === "attn.softmax") &&
+      cursor.j > (r.start || 0) + cursor.i;
+    b.disabled = !cursor || !editable(r) || stale || masked || future;
     b.textContent = cursor ? `Edit cell (${cursor.i}, ${cursor.j})` : "Edit this cell";
+    b.title = future && !masked ? "a future key: masked in the pass an edit runs on (the edit would replace " +
+      "the mask switch)" : "set the picked number in the prompt's pass (Intervene); key: E";
   }
 
   async function editCell() {
@@ -846,9 +903,10 @@
     return {sampled: out, survivors};
   }
 
-  function ranked(p, k) {
+  // The k most likely ids; equal probabilities (all 0 at temperature 0) are ordered by logit, then by id.
+  function ranked(p, k, z = null) {
     const idx = Array.from({length: p.length}, (_, i) => i);
-    idx.sort((a, b) => p[b] - p[a] || a - b);
+    idx.sort((a, b) => p[b] - p[a] || (z ? z[b] - z[a] : 0) || a - b);
     return idx.slice(0, k);
   }
 
@@ -873,7 +931,8 @@
         drawTokens(r.tokens, gen);
         const where = r.step ? `after step ${r.step} (fed "${r.fed.piece}" at position ${r.position})`
           : `after the prompt's last token "${r.tokens[r.position]}" (position ${r.position})`;
-        $("next-where").textContent = where;
+        // The bars are the model's own distribution; an intervention's effect is shown below, before and after.
+        $("next-where").textContent = where + (r.after ? " · without the intervention (its effect: Intervene, below)" : "");
         drawNext();
         drawStepLine(r);
       } catch (e) {
@@ -907,7 +966,7 @@
                   topP: state.topP, step: state.step};
     const bars = $("bars");
     bars.replaceChildren();
-    const top = ranked(probs, 12);
+    const top = ranked(probs, 12, z);
     const keep = new Set(survivors);
     const pmax = probs[top[0]] || 1;
     for (const id of top) {
@@ -957,7 +1016,7 @@
   function drawAll() {
     const c = $("all-canvas"), wrap = $("all-wrap");
     const probs = glass.next.probs, V = probs.length;
-    const order = ranked(probs, V);
+    const order = ranked(probs, V, glass.next.logits);
     const W = Math.max(200, wrap.clientWidth), H = 120, dpr = window.devicePixelRatio || 1;
     c.width = W * dpr; c.height = H * dpr; c.style.width = W + "px"; c.style.height = H + "px";
     const g = c.getContext("2d");
@@ -1057,8 +1116,16 @@
       if (!editing) return null;
       $("iv-cell").textContent = `${cellText(editing)}: was ${editing.was}`;
       const ok = $("iv-value").value.trim() !== "" && Number.isFinite(value) && Math.abs(value) <= 1e6;
-      $("iv-value-note").textContent = ok ? "" : "type a number between −1,000,000 and 1,000,000";
-      if (!ok) return null;
+      if (!ok) {
+        // Keep the last value this cell was given, and say so, rather than silently dropping the edit.
+        const prev = state.intervention;
+        const kept = prev && prev.kind === "edit" && prev.name === editing.name && prev.layer === editing.layer &&
+          (prev.head ?? null) === editing.head && prev.row === editing.row && prev.col === editing.col ? prev : null;
+        $("iv-value-note").textContent = "type a number between −1,000,000 and 1,000,000" +
+          (kept ? `; still applied: ${kept.value}` : "");
+        return kept;
+      }
+      $("iv-value-note").textContent = "";
       const iv = {kind, layer: editing.layer, name: editing.name, row: editing.row, col: editing.col, value};
       if (editing.head !== null) iv.head = editing.head;
       return iv;
