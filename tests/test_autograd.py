@@ -602,8 +602,14 @@ def test_a_second_backward_through_a_freed_graph_is_an_error_not_a_silent_no_op(
      "floating-point x"),
     (lambda: ag.rope(Tensor(np.arange(8).reshape(2, 4)), np.ones((2, 2)), np.zeros((2, 2))), TypeError,
      "floating-point x"),
-    (lambda: ag.masked_fill(Tensor(np.zeros(3)), np.zeros((2, 3), dtype=bool), 1.0), ValueError,
-     r"mask of shape \(2, 3\) does not broadcast to the tensor's shape \(3,\)"),
+    (lambda: ag.masked_fill(Tensor(np.zeros(3)), np.zeros((2, 4), dtype=bool), 1.0), ValueError,
+     r"mask of shape \(2, 4\) does not broadcast with the tensor's shape \(3,\)"),
+    (lambda: ag.attention(Tensor(np.zeros((1, 2, 3, 4))), Tensor(np.zeros((1, 1, 3, 4))),
+                          Tensor(np.zeros((1, 1, 3, 4))), np.zeros((1, 2, 3, 3), dtype=bool), 0.5), ValueError,
+     r"mask of shape \(1, 2, 3, 3\) does not broadcast to \(B, 1, n, m\)"),
+    (lambda: ag.attention(Tensor(np.zeros((1, 2, 3, 4))), Tensor(np.zeros((1, 1, 3, 4))),
+                          Tensor(np.zeros((1, 1, 3, 4))), np.zeros((2, 1, 3, 3), dtype=bool), 0.5), ValueError,
+     "does not broadcast to"),
     (lambda: ag.split(Tensor(np.zeros(4)), 2, axis=5), ValueError, "axis 5 is out of range"),
     (lambda: ag.repeat_interleave(Tensor(np.zeros(2)), 0, 0), ValueError, "repeats must be an int >= 1, got 0"),
 ])
@@ -638,6 +644,33 @@ def test_backward_of_a_leaf_keeps_its_own_copy_of_the_gradient():
     x.backward(g)
     g[0] = 5.0                                                           # the caller's array, changed later
     assert x.grad.tolist() == [1.0, 1.0, 1.0] and x.grad is not g
+
+
+def test_an_op_that_returns_a_gradient_of_the_wrong_shape_is_caught():
+    """The engine's guard: a leaf never silently receives a gradient of another shape."""
+    x = Tensor(np.ones(3), requires_grad=True)
+    bad = ag._make(x.data * 2, (x,), lambda g: (np.ones((2, 3)),))     # an op whose backward broadcasts wrongly
+    with pytest.raises(ValueError, match=r"gradient of shape \(2, 3\) for a tensor of shape \(3,\)"):
+        bad.sum().backward()
+    assert x.grad is None
+
+
+def test_masked_fill_broadcasts_the_tensor_up_to_the_mask_as_pytorch_does():
+    torch = pytest.importorskip("torch")
+    mask = np.random.default_rng(0).random((2, 3, 4)) < 0.5
+    a = Tensor(np.arange(4.0), requires_grad=True)
+    out = ag.masked_fill(a, mask, -1.0)
+    t = torch.arange(4.0, dtype=torch.float64, requires_grad=True)
+    want = t.masked_fill(torch.from_numpy(mask), -1.0)
+    np.testing.assert_array_equal(out.data, want.detach().numpy())
+    out.sum().backward()
+    want.sum().backward()
+    np.testing.assert_array_equal(a.grad, t.grad.numpy())
+
+
+def test_log_softmax_of_integers_computes_in_float64():
+    np.testing.assert_allclose(ag.log_softmax(Tensor([[1, 2, 3]])).data, np.log(softmax_np(np.array([[1.0, 2, 3]]))),
+                               rtol=1e-15)
 
 
 def test_log_softmax_of_a_row_with_nothing_to_choose():

@@ -495,6 +495,11 @@ def test_nothing_on_the_page_describes_a_view_that_is_gone(browser, server, part
     idle(page)
     assert page.evaluate("() => window.glass.state.grad") is False and page.is_disabled("#showwhat button[data-grad='1']")
     assert "logits" in page.get_attribute("#showwhat button[data-grad='1']", "title")
+    page.click("#bars li.bar >> nth=1")                                  # a candidate's gradient, from probs
+    idle(page)
+    assert page.evaluate("() => [window.glass.state.name, window.glass.state.grad]") == ["logits", True]
+    page.evaluate("() => window.glass.select({name: 'probs'})")
+    idle(page)
 
     page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 1, head: 0})")
     idle(page)

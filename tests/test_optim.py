@@ -203,3 +203,12 @@ def test_adamw_rejects_mismatched_state():
         opt.load_state_dict({"t": 1, "m": {}, "v": {}})
     with pytest.raises(ValueError, match="step"):
         opt.load_state_dict({"t": -1, "m": {"w": np.zeros((2, 2))}, "v": {"w": np.zeros((2, 2))}})
+
+
+def test_adamw_takes_a_dict_of_named_parameters_too():
+    from glassllm.autograd import Tensor
+    from glassllm.optim import AdamW
+
+    w = Tensor(np.ones((2, 2)), requires_grad=True)
+    for given in ({"wq": w}, [("wq", w)], iter([("wq", w)])):
+        assert list(AdamW(given).params) == ["wq"]

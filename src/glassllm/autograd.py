@@ -693,13 +693,14 @@ def log_softmax(a, axis: int = -1) -> Tensor:
     """log(softmax(a)) along ``axis``; a row that is all -inf gives -inf and a zero gradient
     (its softmax is all zeros, as :func:`softmax_np` makes it)."""
     a = _as_tensor(a)
-    peak = a.data.max(axis=axis, keepdims=True)
+    x = a.data if a.dtype.kind == "f" else a.data.astype(np.float64)    # integers compute in float64
+    peak = x.max(axis=axis, keepdims=True)
     dead = np.isneginf(peak)                                            # rows with nothing to choose
-    peak = np.where(dead, 0.0, peak).astype(a.dtype, copy=False)        # (no shift there)
-    shifted = a.data - peak
+    peak = np.where(dead, 0.0, peak).astype(x.dtype, copy=False)        # (no shift there)
+    shifted = x - peak
     with np.errstate(divide="ignore"):
         lse = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    out = shifted - np.where(dead, 0.0, lse).astype(a.dtype, copy=False)   # a dead row stays -inf
+    out = shifted - np.where(dead, 0.0, lse).astype(x.dtype, copy=False)   # a dead row stays -inf
 
     def backward(g):
         dx = g - np.exp(out) * g.sum(axis=axis, keepdims=True)
@@ -880,16 +881,16 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
 
 
 def masked_fill(a, mask, value: float) -> Tensor:
-    """Entries where the boolean ``mask`` (broadcast to ``a``) is True become ``value``."""
+    """Entries where the boolean ``mask`` is True become ``value``; ``a`` and ``mask`` broadcast together
+    (the result has their common shape, as PyTorch's out-of-place ``masked_fill``)."""
     a = _as_tensor(a)
     mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
     if mask.dtype != np.bool_:
         raise TypeError(f"masked_fill needs a bool mask, got dtype {mask.dtype}")
     try:
-        if np.broadcast_shapes(mask.shape, a.shape) != a.shape:
-            raise ValueError
+        np.broadcast_shapes(mask.shape, a.shape)                       # either may broadcast, as in PyTorch
     except ValueError:
-        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the tensor's shape {a.shape}") from None
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast with the tensor's shape {a.shape}") from None
 
     def backward(g):
         return (_unbroadcast(np.where(mask, 0.0, g).astype(g.dtype, copy=False), a.shape),)
@@ -1038,9 +1039,11 @@ def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
         if mask.dtype != np.bool_:
             raise TypeError(f"attention needs a bool mask (True = forbidden), got dtype {mask.dtype}")
         try:
-            np.broadcast_shapes(mask.shape, (B, 1, n, m))
+            fits = np.broadcast_shapes(mask.shape, (B, 1, n, m)) == (B, 1, n, m)
         except ValueError:
-            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (B, 1, n, m) = {(B, 1, n, m)}") from None
+            fits = False
+        if not fits:
+            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (B, 1, n, m) = {(B, 1, n, m)}")
     qg = q.data.reshape(B, G, r * n, D)                                 # (B, G, r*n, D)
     p = qg @ k.data.swapaxes(-1, -2)                                    # (B, G, r*n, m)
     p *= scale

@@ -32,6 +32,7 @@ concatenated, every gradient is multiplied by ``min(1, max_norm / (N + 1e-6))``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -116,6 +117,8 @@ class AdamW:
 
     def __init__(self, named_params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.95),
                  eps: float = 1e-8, weight_decay: float = 0.1):
+        if isinstance(named_params, Mapping):                           # {name: parameter}, e.g. dict(...)
+            named_params = named_params.items()
         named_params = list(named_params)
         if any(isinstance(p, Tensor) for p in named_params):
             raise TypeError("AdamW takes (name, parameter) pairs: pass model.named_parameters(), "

@@ -398,10 +398,10 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
     ``max_windows`` only the first that many windows count (None or 0: all).
     """
     ids = np.asarray(ids)
-    if ids.dtype.kind not in "iu":
-        raise TypeError(f"evaluation needs integer token ids, got dtype {ids.dtype}")
     if ids.ndim != 1 or len(ids) < 2:
         raise ValueError(f"evaluation needs at least 2 tokens, got {len(ids) if ids.ndim == 1 else ids.shape}")
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"evaluation needs integer token ids, got dtype {ids.dtype}")
     for name, value, low in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1), ("max_windows", max_windows, 0)):
         if value is None and name == "max_windows":
             continue
@@ -477,6 +477,8 @@ class Trainer:
         self.progress = progress
         # a path or a list of them; folders give their *.txt files (as on the command line)
         self.train_files = [f.resolve() for f in expand_paths(train_files)]
+        if not isinstance(valid_files, (str, os.PathLike)):
+            valid_files = list(valid_files)
         has_valid = isinstance(valid_files, (str, os.PathLike)) or len(valid_files) > 0
         self.valid_files = [f.resolve() for f in expand_paths(valid_files)] if has_valid else []
         self.train_hashes = text_sha256s(self.train_files)

@@ -983,7 +983,12 @@
       li.querySelector(".track").append(fill);
       if (state.mode === "server" && !state.step) {
         li.classList.add("clickable");
-        const pick = () => { state.target = id; userSelect({grad: true}); };
+        // The gradient of a candidate's loss; from a view that has none (probs, the mask), the nearest that does.
+        const pick = () => {
+          state.target = id;
+          userSelect(state.name === "probs" ? {name: "logits", grad: true}
+            : state.name.endsWith("attn.mask") ? {name: "attn.softmax", grad: true} : {grad: true});
+        };
         li.addEventListener("click", pick);
         // From the keyboard too: Tab to a candidate, Enter or Space picks it as the gradient's target.
         li.tabIndex = 0;
