@@ -402,6 +402,37 @@ def test_cli_show_probs(model_file, capsys):
     assert all("0." in row for row in rows)
 
 
+def test_cli_show_probs_gives_the_models_probability_and_the_drawn_ones(model_file, capsys):
+    """Under --top-k the two differ: p(model) is the softmax of the logits, p(drawn) the filtered distribution's."""
+    from glassllm.checkpoint import load_model
+
+    code = main(["generate", "Lily", "--model", str(model_file), "--max-new-tokens", "4", "--top-k", "3",
+                 "--seed", "2", "--show-probs"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and "p(model) p(drawn)" in lines[1]
+    model, tok, _ = load_model(model_file)
+    records = list(generate(model, tok, "Lily", max_new_tokens=4, top_k=3, seed=2, alternatives=5))
+    rows = [line for line in lines if line[:4].strip().isdigit()]
+    for row, t in zip(rows, records, strict=True):
+        assert f" {t.prob:>8.4f} {t.p_sampled:>8.4f}  " in row
+    assert any(t.p_sampled > t.prob for t in records)                  # filtering renormalised the kept ids
+
+
+def test_cli_default_length_fits_a_short_context(model_file, capsys):
+    """No --max-new-tokens on a model whose context is under 200 + the prompt: as many tokens as fit."""
+    from glassllm.checkpoint import load_model
+
+    model, tok, _ = load_model(model_file)
+    assert model.config.max_seq_len < 200
+    code = main(["generate", "Lily", "--model", str(model_file), "--temperature", "0", "--show-probs"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line[:4].strip().isdigit()]
+    room = model.config.max_seq_len - len(tok.encode("Lily"))
+    assert code == 0, out
+    assert len(rows) == room and out.splitlines()[-1] == "[stopped: length]" or \
+        len(rows) < room and out.splitlines()[-1] == "[stopped: eot]", out[-300:]
+
+
 @pytest.mark.parametrize("args", [
     ["--temperature", "nan"], ["--temperature", "-1"], ["--temperature", "inf"], ["--top-k", "0"],
     ["--top-k", "100000"], ["--top-p", "0"], ["--top-p", "1.5"], ["--max-new-tokens", "0"],

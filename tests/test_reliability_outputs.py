@@ -3,7 +3,10 @@
 - An atomic write through a symbolic link rewrites the file the link names
   (the link stays a link); a device, a pipe or a folder is refused.
 - ``export`` and ``import-hf`` refuse to write over their own input, and
-  ``train`` over a folder holding a run or some other model file.
+  ``train`` over a folder holding a run or some other model file;
+  ``tokenize --out``, ``inspect --html`` and ``import-hf`` refuse to replace
+  an existing file of another kind (a model, the training text), and replace
+  one of their own kind (running a command again).
 - Two trainings never share a run folder: the second is refused while the
   first holds the folder's lock.
 - A resumed run keeps its tokenizer; a recipe's values are named as the
@@ -90,6 +93,34 @@ def test_export_and_import_never_overwrite_their_input(folder, capsys):
     code, err = run(["export", "model.safetensors", "."], capsys)
     assert code == 2 and "is the input file" in err
     load_model(folder / "model.safetensors")                          # still the glassllm file
+
+
+def test_a_typo_in_an_output_name_never_destroys_a_model_or_the_text(folder, capsys):
+    model, text = (folder / "tiny.safetensors").read_bytes(), (folder / "train.txt").read_bytes()
+    cases = [
+        (["tokenize", "--train", "train.txt", "--vocab-size", "300", "--out", "tiny.safetensors"],
+         "'tiny.safetensors' already exists and is not a glassllm tokenizer file"),
+        (["tokenize", "--train", "train.txt", "--vocab-size", "300", "--out", "train.txt"],
+         "'train.txt' is also this command's input"),
+        (["inspect", "Hi", "--model", "tiny.safetensors", "--html", "train.txt"],
+         "'train.txt' already exists and is not an earlier inspector export"),
+        (["inspect", "Hi", "--model", "tiny.safetensors", "--html", "tiny.safetensors"],
+         "'tiny.safetensors' is also this command's input"),
+    ]
+    code, err = run(["export", "tiny.safetensors", "hf"], capsys)
+    assert code == 0, err
+    cases.append((["import-hf", "hf", "train.txt"], "'train.txt' already exists and is not a glassllm model file"))
+    for argv, words in cases:
+        code, err = run(argv, capsys)
+        assert code == 2 and words in err and err.count("\n") == 1, (argv, err)
+        assert (folder / "tiny.safetensors").read_bytes() == model and (folder / "train.txt").read_bytes() == text
+    # Files of the command's own kind are replaced: running it again is normal.
+    for argv in (["tokenize", "--train", "train.txt", "--vocab-size", "300", "--out", "new.json"],
+                 ["inspect", "Hi", "--model", "tiny.safetensors", "--html", "page.html", "--steps", "0"],
+                 ["import-hf", "hf", "back.safetensors"]):
+        for _ in range(2):
+            code, err = run(argv, capsys)
+            assert code == 0, (argv, err)
 
 
 def test_train_keeps_its_hands_off_a_folder_with_another_model(folder, capsys):

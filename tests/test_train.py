@@ -11,10 +11,12 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -468,6 +470,44 @@ def test_kill_during_save_leaves_a_loadable_checkpoint(texts, tmp_path, mode, st
     assert int(meta["step"]) >= 2
 
 
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
+def test_ctrl_c_saves_the_step_it_stops_at_and_the_run_resumes_bit_identically(texts, tmp_path, sig, code):
+    """Ctrl-C (or SIGTERM) mid-run: the step in progress finishes, the run is saved there (no checkpoint was
+    due: --checkpoint-every 0), the message says how to go on, and --resume ends where an unbroken run ends."""
+    train, valid = texts
+    args = ["train", "--data", str(train), "--valid", str(valid), "--steps", "300", "--batch-size", "2",
+            "--seq-len", "16", "--vocab-size", "300", "--dim", "32", "--n-layers", "1", "--n-heads", "2",
+            "--n-kv-heads", "1", "--checkpoint-every", "0", "--eval-every", "1", "--eval-windows", "1"]
+    run = [sys.executable, "-c", "import sys; from glassllm.cli import main; sys.exit(main(sys.argv[1:]))"]
+    out = tmp_path / "run"
+    proc = subprocess.Popen(run + args + ["--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        seen = []
+        while not any(line.startswith("step 2: ") for line in seen):    # training is under way
+            line = proc.stderr.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        err = "".join(seen) + err
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    m = re.search(r"interrupted at step (\d+) of 300: saved; continue with glassllm train --out \S+ --resume", err)
+    assert m, err
+    step = int(m.group(1))
+    assert 0 < step < 300 and _state(out)[1]["step"] == str(step)
+    assert "Traceback" not in err and not list(out.glob(".*.tmp"))
+    _cli("train", "--out", out, "--resume", "--no-progress")
+    straight = tmp_path / "straight"
+    _cli(*args, "--out", straight, "--no-progress")
+    (a, meta_a), (b, meta_b) = _state(straight), _state(out)
+    assert meta_a["step"] == meta_b["step"] == "300"
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+
+
 # ----------------------------------------------------------------------------
 # The CLI
 # ----------------------------------------------------------------------------
@@ -485,7 +525,9 @@ def test_train_help_documents_every_option(capsys):
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["--lr", "-1"], "TrainConfig.lr must be > 0, got -1.0"),
+    (["--lr", "-1"], "--lr must be > 0, got -1.0"),                      # the flag, not TrainConfig.lr
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--seq-len", "32", "--recipe", "bundled"], "--short-seq-len (set by --recipe bundled) must be below --seq-len 32"),
     (["--seq-len", "600"], "seq_len=600 exceeds the model's max_seq_len=512"),
     (["--n-heads", "3"], "not divisible"),
     (["--data", "/no/such/file.txt"], "does not exist"),

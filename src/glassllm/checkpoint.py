@@ -35,7 +35,7 @@ from .config import ModelConfig
 
 __all__ = [
     "FORMAT", "VERSION", "atomic_write", "atomic_path", "make_folder", "save_model", "load_model",
-    "read_header", "bundled_model_path", "load_bundled",
+    "read_header", "read_head", "bundled_model_path", "load_bundled", "refuse_to_replace", "is_model_file",
 ]
 
 FORMAT = "glassllm-model"
@@ -116,6 +116,37 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def refuse_to_replace(path, what: str, kind: str, is_kind, inputs=()) -> None:
+    """Before a command writes ``path``: a ValueError if it is one of the command's ``inputs``, or an existing
+    file that is not a ``kind`` (``is_kind(path)`` is False) -- a typo must not destroy a model or the training
+    text. A file of the same kind is replaced (running a command again is normal). ``what`` names the
+    option, e.g. ``"--out"``."""
+    p = Path(path)
+    if not p.exists():
+        return
+    for source in inputs:
+        if source is not None and Path(source).exists() and os.path.samefile(p, source):
+            raise ValueError(f"{what} {str(p)!r} is also this command's input: writing it would destroy it; "
+                             "choose another file")
+    if p.is_file() and p.stat().st_size and not is_kind(p):
+        raise ValueError(f"{what} {str(p)!r} already exists and is not {kind}: not replacing it; choose another "
+                         "file, or remove it first")
+
+
+def read_head(path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of the file ``path``."""
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def is_model_file(path) -> bool:
+    """Is ``path`` a glassllm model file (by its header, without reading the tensors)?"""
+    try:
+        return read_header(path)[1].get("format") == FORMAT
+    except (ValueError, OSError):
+        return False
 
 
 def atomic_write(path, data: bytes | str) -> None:

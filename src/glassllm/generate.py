@@ -362,8 +362,8 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("prompt", metavar="PROMPT", help="the text to continue ('<|endoftext|>' starts a fresh story)")
     parser.add_argument("--model", metavar="FILE", default=None,
                         help="model file (default: the bundled TinyStories model)")
-    parser.add_argument("--max-new-tokens", type=int, default=200, metavar="N",
-                        help="stop after N new tokens (default: 200)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                        help="stop after N new tokens (default: 200, or as many as the model's context has room for)")
     parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
                         help="softmax temperature; 0 = greedy (default: 1.0)")
     parser.add_argument("--top-k", type=int, default=None, metavar="K",
@@ -374,7 +374,8 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--stop", action="append", default=None, metavar="STR",
                         help="stop once the new text contains STR (included); repeatable")
     parser.add_argument("--show-probs", action="store_true",
-                        help="one line per token: its probability and the top alternatives")
+                        help="one line per token: its probability under the model and in the distribution it "
+                             "was drawn from (after temperature, top-k, top-p), and the model's top alternatives")
     parser.set_defaults(func=_cli)
 
 
@@ -389,12 +390,16 @@ def _cli(args) -> int:
     else:
         path = args.model
     # The library's checks name its parameters; a command-line user typed flags.
-    _check_count(args.max_new_tokens, "--max-new-tokens", 1)
+    if args.max_new_tokens is not None:
+        _check_count(args.max_new_tokens, "--max-new-tokens", 1)
     _check_count(args.seed, "--seed", 0)
     check_temperature(args.temperature, "--temperature")
     check_top_p(args.top_p, "--top-p")
     model, tokenizer, _ = load_model(path)
     check_top_k(args.top_k, model.config.vocab_size, "--top-k")
+    if args.max_new_tokens is None:                                      # the default fits the context
+        room = model.config.max_seq_len - len(_check_prompt(args.prompt, model, tokenizer))
+        args.max_new_tokens = max(1, min(200, room))
     records = generate(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        seed=args.seed, stop=args.stop, alternatives=5 if args.show_probs else 0)
@@ -412,12 +417,15 @@ def _cli(args) -> int:
         return 0
     n_prompt = len(_check_prompt(args.prompt, model, tokenizer))
     out.write(f"prompt: {args.prompt!r} ({n_prompt} token{'s' if n_prompt != 1 else ''})\n")
-    out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'prob':>7}  top alternatives\n")
+    # p(model): the model's own probability (softmax of the logits); p(drawn): in the distribution the token
+    # was drawn from (after --temperature, --top-k, --top-p). The alternatives are the model's most likely.
+    out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'p(model)':>8} {'p(drawn)':>8}  "
+              "top alternatives (p(model))\n")
     for t in records:
         # Pieces are already readable (escapes for bytes and control characters): quote, don't repr.
         alts = "  ".join(f"'{tokenizer.piece(i)}' {p:.3f}" for i, p in t.top if i != t.id)
         piece = f"'{t.piece}'"
-        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {piece:<16} {t.prob:>7.4f}  {alts}\n")
+        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {piece:<16} {t.prob:>8.4f} {t.p_sampled:>8.4f}  {alts}\n")
         out.flush()
         if t.finish:
             out.write(f"[stopped: {t.finish}]\n")

@@ -75,7 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_write, load_model, make_folder, save_model
+from .checkpoint import atomic_write, is_model_file, load_model, make_folder, refuse_to_replace, save_model
 from .config import ModelConfig
 
 __all__ = [
@@ -633,6 +633,7 @@ def import_hf(folder, out_file, dtype=None):
     if Path(folder).is_dir() and out.resolve().is_relative_to(Path(folder).resolve()):
         raise ValueError(f"cannot write {str(out)!r} into the checkpoint folder {str(folder)!r} being read; "
                          "choose a file outside it")
+    refuse_to_replace(out, "the output", "a glassllm model file", is_model_file)
     model, tokenizer, perm = load_hf(folder, dtype)
     save_model(out_file, model, tokenizer, {"source": f"hf:{Path(folder).name}"})
     return model, tokenizer, perm

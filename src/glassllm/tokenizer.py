@@ -845,6 +845,11 @@ def _cli(args) -> int:
             raise ValueError("--train needs --out FILE, the file to write the tokenizer to")
         if args.tokenizer or args.text is not None:
             raise ValueError("--train makes a new tokenizer: it takes no --tokenizer and no text to split")
+        from .checkpoint import read_head, refuse_to_replace
+
+        refuse_to_replace(args.out, "--out", "a glassllm tokenizer file",
+                          lambda p: f'"{FORMAT}"'.encode() in read_head(p) and read_head(p).lstrip()[:1] == b"{",
+                          inputs=args.train)
         start = time.perf_counter()
         tok = Tokenizer.train([Path(p) for p in args.train],
                               vocab_size=1024 if args.vocab_size is None else args.vocab_size)
@@ -852,10 +857,10 @@ def _cli(args) -> int:
         print(f"trained {tok!r} in {time.perf_counter() - start:.1f} s; wrote {args.out}")
         return 0
 
-    unused = [flag for flag, value in (("--out", args.out), ("--vocab-size", args.vocab_size)) if value is not None]
-    if unused:
-        raise ValueError(f"{' and '.join(unused)} {'apply' if len(unused) > 1 else 'applies'} only with --train "
-                         "(splitting text writes no file)")
+    if args.out is not None:
+        raise ValueError("--out applies only with --train (splitting text writes no file)")
+    if args.vocab_size is not None:
+        raise ValueError("--vocab-size applies only with --train (splitting text uses the tokenizer as it is)")
     tok = _cli_tokenizer(args.tokenizer)
     text = args.text if args.text is not None else sys.stdin.read()
     ids = tok.encode(text, allowed_special="all")

@@ -51,11 +51,14 @@ import csv
 import dataclasses
 import io
 import json
+import re
 import math
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -454,6 +457,30 @@ def evaluate_text(model: Transformer, tokenizer, text_or_paths, seq_len: int = 2
 # A run: model, optimiser, data, history, and its folder
 # ----------------------------------------------------------------------------
 
+
+@contextlib.contextmanager
+def _stop_between_steps():
+    """While training: the first Ctrl-C (SIGINT) or SIGTERM only asks the loop to stop after the step it is
+    in, so that it can save the run there; a second Ctrl-C interrupts at once. Yields a list that holds the
+    signal once one came. Outside the main thread signals cannot be caught: the list stays empty."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def ask(signum, frame):
+        if got and signum == signal.SIGINT:
+            raise KeyboardInterrupt                                      # the second Ctrl-C: now
+        got.append(signum)
+
+    old = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield got
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 class Trainer:
     """A training run in a folder: build it fresh or resume it, then :meth:`run`.
 
@@ -600,8 +627,17 @@ class Trainer:
         if threads is not None:
             scope.callback(threads.close)
             scope.enter_context(_threads(1))                             # the workers are the parallelism
+        stopping = scope.enter_context(_stop_between_steps())
         try:
             while self.step < stop:
+                if stopping:                                             # Ctrl-C or SIGTERM during the last step
+                    self.save()
+                    bar.close()
+                    print(f"interrupted at step {self.step} of {c.steps}: saved; continue with "
+                          f"glassllm train --out {shlex.quote(str(self.out))} --resume", file=sys.stderr)
+                    if stopping[0] == signal.SIGTERM:
+                        raise SystemExit(128 + signal.SIGTERM)
+                    raise KeyboardInterrupt
                 t0 = time.perf_counter()
                 B, T = c.window_shape(self.step)
                 batches = [self.sampler.next_batch(T, B) for _ in range(c.grad_accum)]
@@ -638,6 +674,7 @@ class Trainer:
     def _log(self, text: str) -> None:
         if self.progress:
             print(text, file=sys.stderr)
+
 
     # -- saving -------------------------------------------------------------------
     def save(self) -> None:
@@ -788,7 +825,8 @@ def add_cli(name: str, parser) -> None:
                      help="held-out text for loss, perplexity and bits per byte (same forms as --data)")
     io_.add_argument("--out", metavar="DIR", default="runs/train", help="run folder (default: runs/train)")
     io_.add_argument("--resume", action="store_true",
-                     help="continue the run saved in --out exactly where it stopped (bit-identical)")
+                     help="continue the run saved in --out from its last save (bit-identical); Ctrl-C saves "
+                          "the step it stops at, a crash loses the steps since the last checkpoint")
     io_.add_argument("--until", type=int, metavar="STEP",
                      help="stop (with a checkpoint) after this step; the schedule still spans --steps")
     io_.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer file instead of training one on --data")
@@ -838,6 +876,22 @@ def _threads(n):
     return threadpool_limits(n)
 
 
+@contextlib.contextmanager
+def _as_flags(typed: set, recipe: str | None):
+    """A config's error about ``TrainConfig.short_seq_len`` names the flag the user knows, ``--short-seq-len``,
+    and says when the value came from ``--recipe`` rather than from the command line."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        def flag(m):
+            field = m.group(2)
+            name = "--" + field.replace("_", "-")
+            return name if field in typed or recipe is None else f"{name} (set by --recipe {recipe})"
+        text = re.sub(r"\b(TrainConfig|ModelConfig)\.(\w+)", flag, str(e))
+        text = re.sub(r"\bseq_len=", "--seq-len ", text)
+        raise type(e)(text) from None
+
+
 def _train_cli(args) -> int:
     from .tokenizer import Tokenizer
 
@@ -875,7 +929,8 @@ def _train_cli(args) -> int:
     else:
         if not args.data:
             raise ValueError("--data is required: text files or folders to train on (or --resume)")
-        config = TrainConfig(**train_opts)
+        with _as_flags(typed, args.recipe):
+            config = TrainConfig(**train_opts)
         tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
         if tokenizer is not None:
             if "vocab_size" in model_opts and model_opts["vocab_size"] != tokenizer.vocab_size:
@@ -884,7 +939,8 @@ def _train_cli(args) -> int:
             model_opts.setdefault("vocab_size", tokenizer.vocab_size)
         if "dim" in model_opts and "ffn_dim" not in model_opts:
             model_opts["ffn_dim"] = ModelConfig.llama_ffn_dim(model_opts["dim"])
-        model_config = ModelConfig(**model_opts)
+        with _as_flags(set(model_opts), None):
+            model_config = ModelConfig(**model_opts)
         fresh = not Path(args.out).exists()
         lock = lock_run_folder(args.out)                               # held until this process ends
         with _removed_on_failure(args.out if fresh else None):

@@ -73,6 +73,12 @@ def _cli(args) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.port is not None and not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535 (0 = any free port), got {args.port}")
+    if args.html is not None:
+        served = [flag for flag, given in (("--port", args.port is not None), ("--host", args.host != "127.0.0.1"),
+                                           ("--no-browser", args.no_browser)) if given]
+        if served:
+            raise ValueError(f"{' and '.join(served)} {'apply' if len(served) > 1 else 'applies'} only to the server; "
+                             "--html writes a file and serves nothing")
     if args.steps is not None and args.html is None:
         raise ValueError("--steps applies only with --html (the server decodes as far as the page asks)")
     if args.steps is not None and not 0 <= args.steps <= args.max_new_tokens:
@@ -86,8 +92,11 @@ def _cli(args) -> int:
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
+        from ..checkpoint import read_head, refuse_to_replace
         from .export import export_html
 
+        refuse_to_replace(args.html, "--html", "an earlier inspector export",
+                          lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
         stats = export_html(inspector, prompt, args.html, steps=args.steps)
         print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views); "
               "open it in any browser, offline")

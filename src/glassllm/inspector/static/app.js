@@ -163,10 +163,13 @@
   }
 
   // ------------------------------------------------------------------ controls
+  const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+
   function buildControls() {
     const c = info.model;
     $("model-line").textContent =
-      `${c.n_layers} layers · width C = ${c.dim} · ${c.n_heads} query heads sharing ${c.n_kv_heads} key/value heads ` +
+      `${plural(c.n_layers, "layer")} · width C = ${c.dim} · ${plural(c.n_heads, "query head")} sharing ` +
+      `${plural(c.n_kv_heads, "key/value head")} ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
       `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})` +
       (info.meta.step ? ` · trained ${nice(Number(info.meta.step))} steps` : "") +
