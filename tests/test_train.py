@@ -279,6 +279,30 @@ def test_train_step_refuses_no_batches_and_a_nan_learning_rate():
         AdamW(model.named_parameters(), betas=(0.9, 0.95, 0.99))
 
 
+def test_empty_text_is_named_before_any_work(texts, tmp_path, capsys):
+    train, _ = texts
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    for argv, words in ((["--data", str(empty)], "the training text is empty"),
+                        (["--data", str(train), "--valid", str(empty)], "the held-out text is empty")):
+        assert main(["train", *argv, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "empty.txt' has no bytes" in err and err.count("\n") == 1
+        assert not (tmp_path / "r").exists()
+
+
+def test_eval_says_its_window_length(texts, tmp_path, capsys):
+    """The loss depends on the window length, so the result line and the JSON say which one was used."""
+    train, valid = texts
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(train), "--out", str(out), *map(str, TINY_RUN)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--seq-len", "8"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("[8-token windows]")
+    assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seq_len"] == 256                   # the default
+
+
 def test_a_trainer_takes_one_path_or_a_folder(texts, tmp_path):
     """As the command line does: a single path is not a list of one-letter names; a folder gives its *.txt."""
     train, valid = texts
@@ -528,6 +552,7 @@ def test_train_help_documents_every_option(capsys):
     (["--lr", "-1"], "--lr must be > 0, got -1.0"),                      # the flag, not TrainConfig.lr
     (["--steps", "0"], "--steps must be >= 1, got 0"),
     (["--seq-len", "32", "--recipe", "bundled"], "--short-seq-len (set by --recipe bundled) must be below --seq-len 32"),
+    (["--lr", "1e308"], "--lr=1e+308 is too large: the learning-rate schedule overflows"),     # not at step 2
     (["--seq-len", "600"], "seq_len=600 exceeds the model's max_seq_len=512"),
     (["--n-heads", "3"], "not divisible"),
     (["--data", "/no/such/file.txt"], "does not exist"),

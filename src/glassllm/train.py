@@ -139,6 +139,8 @@ class TrainConfig(JsonConfig):
                 raise TypeError(f"TrainConfig.{name} must be a finite number, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if not math.isfinite(self.lr * (self.warmup_steps + 1)):          # lr_at's warm-up multiplies first
+            raise ValueError(f"TrainConfig.lr={self.lr} is too large: the learning-rate schedule overflows")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"TrainConfig.min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
         for name in ("beta1", "beta2"):
@@ -508,6 +510,10 @@ class Trainer:
             valid_files = list(valid_files)
         has_valid = isinstance(valid_files, (str, os.PathLike)) or len(valid_files) > 0
         self.valid_files = [f.resolve() for f in expand_paths(valid_files)] if has_valid else []
+        for files, what in ((self.train_files, "training"), (self.valid_files, "held-out")):
+            if files and all(f.is_file() and f.stat().st_size == 0 for f in files):
+                names = ", ".join(repr(str(f)) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+                raise ValueError(f"the {what} text is empty: {names} {'has' if len(files) == 1 else 'have'} no bytes")
         self.train_hashes = text_sha256s(self.train_files)
         self.valid_hashes = text_sha256s(self.valid_files)
         if tokenizer is None:
@@ -1046,9 +1052,9 @@ def _eval_cli(args) -> int:
     with _threads(args.threads):
         result = evaluate_text(model, tokenizer, [str(f) for f in files], seq_len, args.batch_size)
     if args.json:
-        print(json.dumps(dataclasses.asdict(result)))
+        print(json.dumps({**dataclasses.asdict(result), "seq_len": seq_len}))
     else:
-        print(result.line())
+        print(f"{result.line()}  [{seq_len}-token windows]")                # the loss depends on the length
     return 0
 
 
