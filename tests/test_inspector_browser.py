@@ -512,6 +512,18 @@ def test_nothing_on_the_page_describes_a_view_that_is_gone(browser, server, part
     ids = [int(b.get_attribute("data-id")) for b in page.locator("#bars li.bar").all()]
     logits = page.evaluate("() => Array.from(window.glass.next.logits)")
     assert ids == sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:len(ids)]   # by logit, not by id
+
+    # An intervention during generation steps goes back to the prompt, and says so.
+    for _ in range(2):
+        page.evaluate("() => window.glass.step()")
+        idle(page)
+    page.check("input[name=iv][value=mask_off]")
+    idle(page)
+    assert page.evaluate("() => window.glass.state.step") == 0
+    assert page.is_visible("#iv-reset-note") and "the 2 generated steps" in page.inner_text("#iv-reset-note")
+    page.check("input[name=iv][value=none]")
+    idle(page)
+    assert page.is_hidden("#iv-reset-note")
     page.close()
 
 

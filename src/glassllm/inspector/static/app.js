@@ -1163,7 +1163,15 @@
 
   async function onIntervention() {
     state.intervention = readIntervention();
-    if (state.step && state.intervention) await resetSteps();
+    const note = $("iv-reset-note");
+    note.hidden = true;
+    if (state.step && state.intervention) {
+      // An intervention changes the prompt's pass, so the generated steps are gone: say so, not silently.
+      note.textContent = `Back at the prompt: the ${state.step} generated step${state.step === 1 ? "" : "s"} ` +
+        "came from the pass without this intervention.";
+      note.hidden = false;
+      await resetSteps();
+    }
     await Promise.all([loadNext(), loadView()]);
   }
 
