@@ -343,6 +343,20 @@ def test_exported_file_offline(browser, inspector, parts, tmp_path):
     page.goto(path.as_uri())
     assert page.evaluate("() => window.glass.state.mode") == "export"
     walk_through(page, model, tokenizer, typed=False)
+    # Under an ablation of layer 2, a view the pass computes before it holds the plain numbers (offline,
+    # from the plain view); one after it was not exported.
+    page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 2, head: 1})")
+    idle(page)
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    for view, shown in (("{name: 'attn.softmax', layer: 1, head: 0}", True), ("{name: 'attn.q', layer: 2, head: 1}", True),
+                        ("{name: 'resid_post', layer: 2}", False)):
+        page.evaluate(f"() => window.glass.select({view})")
+        idle(page)
+        assert page.is_hidden("#view-error") == shown, view
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 0})")
+    idle(page)
+    np.testing.assert_array_equal(np.array(heatmap(page)["values"]).reshape(len(ids), len(ids)),
+                                  traced(model, ids).get("attn.softmax", layer=1, head=0))
     assert blocked == [] and errors == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "inspector-export.png"), full_page=True)

@@ -32,7 +32,14 @@
     mode: "export",
     async info() { return embedded.info; },
     async get(kind, body) {
-      const r = embedded.responses[requestKey(kind, body)];
+      let r = embedded.responses[requestKey(kind, body)];
+      // A snapshot the forward pass computes before the intervened one holds the same numbers with and
+      // without the intervention: the export's plain view is the answer.
+      if (!r && kind === "snapshot" && body.intervention && !body.grad && upstream(body, body.intervention)) {
+        const plain = {...body};
+        delete plain.intervention;
+        r = embedded.responses[requestKey(kind, plain)];
+      }
       if (!r) throw new Error("not included in this offline export: run `glassllm inspect` for every view");
       if (r.error) throw new Error(r.error);
       return r;
@@ -111,6 +118,20 @@
   };
   let info = null;
   let names = {};                    // local name -> {axes, in_layer, head_axis, heads, group}
+
+  // Does the forward pass compute snapshot (name, layer) of ``view`` strictly before the one ``iv`` changes?
+  // info.names is in forward order: embed, one layer's names, then the final norm and the logits.
+  function upstream(view, iv) {
+    const target = {ablate: "attn.mix", mask_off: "attn.mask", temperature: "attn.scores"}[iv.kind] ?? iv.name;
+    const order = info.names.map((n) => n.name);
+    const place = (name, layer) => {
+      const i = order.indexOf(name), meta = info.names[i];
+      if (i < 0) return null;
+      return meta.in_layer ? [layer ?? 0, i] : name === "embed" ? [-1, i] : [Infinity, i];
+    };
+    const a = place(view.name, view.layer), b = place(target, iv.layer);
+    return !!a && !!b && (a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]));
+  }
   let current = null;                // the snapshot response being shown
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
