@@ -357,6 +357,13 @@ def test_exported_file_offline(browser, inspector, parts, tmp_path):
     idle(page)
     np.testing.assert_array_equal(np.array(heatmap(page)["values"]).reshape(len(ids), len(ids)),
                                   traced(model, ids).get("attn.softmax", layer=1, head=0))
+    # With the mask off, the scores' numbers are the same but their drawn mask is not: those come from the
+    # export's own mask-off view, never from the plain one.
+    page.evaluate("() => window.glass.intervene({kind: 'mask_off', layer: 1})")
+    page.evaluate("() => window.glass.select({name: 'attn.scores', layer: 1, head: 0})")
+    idle(page)
+    masked = page.evaluate("() => window.glass.heatmap.masked ? Array.from(window.glass.heatmap.masked) : null")
+    assert page.is_visible("#view-error") or not any(masked or [])
     assert blocked == [] and errors == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "inspector-export.png"), full_page=True)

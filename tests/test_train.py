@@ -552,6 +552,7 @@ def test_train_help_documents_every_option(capsys):
     (["--lr", "-1"], "--lr must be > 0, got -1.0"),                      # the flag, not TrainConfig.lr
     (["--steps", "0"], "--steps must be >= 1, got 0"),
     (["--seq-len", "32", "--recipe", "bundled"], "--short-seq-len (set by --recipe bundled) must be below --seq-len 32"),
+    (["--lr", "1e-6", "--recipe", "bundled"], "error: --min-lr must be in [0, lr=1e-06]"),   # not the recipe's
     (["--lr", "1e308"], "--lr=1e+308 is too large: the learning-rate schedule overflows"),     # not at step 2
     (["--seq-len", "600"], "seq_len=600 exceeds the model's max_seq_len=512"),
     (["--n-heads", "3"], "not divisible"),

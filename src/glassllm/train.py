@@ -475,12 +475,15 @@ def _stop_between_steps():
             raise KeyboardInterrupt                                      # the second Ctrl-C: now
         got.append(signum)
 
-    old = {s: signal.signal(s, ask) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, ask)
     try:
         yield got
     finally:
         for s, handler in old.items():
-            signal.signal(s, handler)
+            # None: a handler installed outside Python, which cannot be put back from here; use the default
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 class Trainer:
@@ -671,6 +674,10 @@ class Trainer:
                 bar.update(1)
                 if self.step == stop or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
                     self.save()
+            if stopping:                                                 # it came during the last step: saved
+                if stopping[0] == signal.SIGTERM:
+                    raise SystemExit(128 + signal.SIGTERM)
+                raise KeyboardInterrupt
         finally:
             scope.close()
             bar.close()
@@ -883,18 +890,20 @@ def _threads(n):
 
 
 @contextlib.contextmanager
-def _as_flags(typed: set, recipe: str | None):
+def _as_flags(from_recipe: set, recipe: str | None):
     """A config's error about ``TrainConfig.short_seq_len`` names the flag the user knows, ``--short-seq-len``,
-    and says when the value came from ``--recipe`` rather than from the command line."""
+    and says when the value came from ``--recipe`` (``from_recipe``: the fields the recipe set and the
+    command line did not)."""
     try:
         yield
     except (ValueError, TypeError) as e:
         def flag(m):
             field = m.group(2)
             name = "--" + field.replace("_", "-")
-            return name if field in typed or recipe is None else f"{name} (set by --recipe {recipe})"
+            return f"{name} (set by --recipe {recipe})" if field in from_recipe else name
         text = re.sub(r"\b(TrainConfig|ModelConfig)\.(\w+)", flag, str(e))
         text = re.sub(r"\bseq_len=", "--seq-len ", text)
+        text = text.replace("batch_size * seq_len", "--batch-size x --seq-len")
         raise type(e)(text) from None
 
 
@@ -935,7 +944,11 @@ def _train_cli(args) -> int:
     else:
         if not args.data:
             raise ValueError("--data is required: text files or folders to train on (or --resume)")
-        with _as_flags(typed, args.recipe):
+        recipe_set = set()
+        if args.recipe:
+            base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
+            recipe_set = {k for k in base if base[k] != plain[k] and k not in typed}
+        with _as_flags(recipe_set, args.recipe):
             config = TrainConfig(**train_opts)
         tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
         if tokenizer is not None:
@@ -945,7 +958,7 @@ def _train_cli(args) -> int:
             model_opts.setdefault("vocab_size", tokenizer.vocab_size)
         if "dim" in model_opts and "ffn_dim" not in model_opts:
             model_opts["ffn_dim"] = ModelConfig.llama_ffn_dim(model_opts["dim"])
-        with _as_flags(set(model_opts), None):
+        with _as_flags(set(), None):
             model_config = ModelConfig(**model_opts)
         fresh = not Path(args.out).exists()
         lock = lock_run_folder(args.out)                               # held until this process ends

@@ -122,7 +122,8 @@
   // Does the forward pass compute snapshot (name, layer) of ``view`` strictly before the one ``iv`` changes?
   // info.names is in forward order: embed, one layer's names, then the final norm and the logits.
   function upstream(view, iv) {
-    const target = {ablate: "attn.mix", mask_off: "attn.mask", temperature: "attn.scores"}[iv.kind] ?? iv.name;
+    // (mask_off: the scores view draws the mask over itself, so it counts as changed too)
+    const target = {ablate: "attn.mix", mask_off: "attn.scores", temperature: "attn.scores"}[iv.kind] ?? iv.name;
     const order = info.names.map((n) => n.name);
     const place = (name, layer) => {
       const i = order.indexOf(name), meta = info.names[i];
