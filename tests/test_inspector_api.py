@@ -555,7 +555,13 @@ def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
 
     out = tmp_path / "story.html"
     assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(out), "--steps", "1"]) == 0
-    assert out.stat().st_size > 10_000 and "wrote" in capsys.readouterr().out
+    written = capsys.readouterr()
+    assert out.stat().st_size > 10_000 and "wrote" in written.out and written.err == ""
+    # Views larger than --max-cells are saved as their error: the command says how many.
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(out), "--steps", "1",
+                 "--max-cells", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "views hold more than --max-cells 10 values" in err and err.count("\n") == 1
     for argv, message in [
         (["inspect", "", "--model", str(model_file), "--html", str(out)], "prompt is empty"),
         (["inspect", "x", "--model", str(model_file), "--html", str(out), "--steps", "3", "--max-new-tokens", "2"],

@@ -279,6 +279,19 @@ def test_train_step_refuses_no_batches_and_a_nan_learning_rate():
         AdamW(model.named_parameters(), betas=(0.9, 0.95, 0.99))
 
 
+def test_settings_that_are_valid_but_odd_get_a_note(texts, tmp_path, capsys):
+    train, _ = texts
+    argv = ["train", "--data", str(train), "--out", str(tmp_path / "r"), "--steps", "2", "--warmup-steps", "5",
+            "--workers", "3", "--batch-size", "2", "--seq-len", "16", "--vocab-size", "300", "--dim", "32",
+            "--n-layers", "1", "--n-heads", "2", "--n-kv-heads", "1", "--no-progress"]
+    assert main(argv) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("glassllm train: note:")]
+    assert notes == ["glassllm train: note: --warmup-steps 5 is not below --steps 2: the learning rate never "
+                     "reaches --lr 0.003",
+                     "glassllm train: note: --workers 3 is more than --batch-size 2: 1 of them will have no rows "
+                     "to work on"]
+
+
 def test_empty_text_is_named_before_any_work(texts, tmp_path, capsys):
     train, _ = texts
     empty = tmp_path / "empty.txt"

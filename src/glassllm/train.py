@@ -889,6 +889,21 @@ def _threads(n):
     return threadpool_limits(n)
 
 
+def _odd_settings(c: TrainConfig, typed: set) -> list[str]:
+    """Settings given on the command line (``typed``) that are valid but probably not what was meant."""
+    notes = []
+    if "warmup_steps" in typed and c.warmup_steps >= c.steps:
+        notes.append(f"--warmup-steps {c.warmup_steps} is not below --steps {c.steps}: the learning rate never "
+                     f"reaches --lr {c.lr}")
+    if "short_steps" in typed and c.short_steps >= c.steps:
+        notes.append(f"--short-steps {c.short_steps} is not below --steps {c.steps}: every step trains on "
+                     f"{c.short_seq_len}-token windows")
+    if "workers" in typed and c.workers > c.batch_size:
+        notes.append(f"--workers {c.workers} is more than --batch-size {c.batch_size}: "
+                     f"{c.workers - c.batch_size} of them will have no rows to work on")
+    return notes
+
+
 @contextlib.contextmanager
 def _as_flags(from_recipe: set, recipe: str | None):
     """A config's error about ``TrainConfig.short_seq_len`` names the flag the user knows, ``--short-seq-len``,
@@ -950,6 +965,8 @@ def _train_cli(args) -> int:
             recipe_set = {k for k in base if base[k] != plain[k] and k not in typed}
         with _as_flags(recipe_set, args.recipe):
             config = TrainConfig(**train_opts)
+        for note in _odd_settings(config, typed):                        # allowed, but rarely meant
+            print(f"glassllm train: note: {note}", file=sys.stderr)
         tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
         if tokenizer is not None:
             if "vocab_size" in model_opts and model_opts["vocab_size"] != tokenizer.vocab_size:

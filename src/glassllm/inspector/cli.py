@@ -100,6 +100,10 @@ def _cli(args) -> int:
         stats = export_html(inspector, prompt, args.html, steps=args.steps)
         print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views); "
               "open it in any browser, offline")
+        if stats["over_max_cells"]:
+            print(f"note: {stats['over_max_cells']} of those views hold more than --max-cells "
+                  f"{args.max_cells:,} values, so the file holds their error instead; raise --max-cells to include them",
+                  file=sys.stderr)
         return 0
     return _serve(inspector, prompt, args)
 

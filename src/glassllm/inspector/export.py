@@ -131,7 +131,8 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
 
     ``steps``: greedy decoding steps to include (default: 8, or the
     inspector's ``max_new_tokens`` if lower). Returns ``{"path", "bytes",
-    "responses"}``. Raises ``ValueError`` for a prompt the inspector refuses
+    "responses", "over_max_cells"}`` (views larger than the inspector's ``max_cells``,
+    saved as their error). Raises ``ValueError`` for a prompt the inspector refuses
     (empty, too long) or a bad ``steps``.
     """
     try:
@@ -146,4 +147,5 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
     html = render_html(inspector.info(), prompt, responses)
     data = html.encode("utf-8")
     atomic_write(path, data)
-    return {"path": str(path), "bytes": len(data), "responses": len(responses)}
+    too_big = sum(1 for r in responses.values() if "max-cells" in str(r.get("error", "")))
+    return {"path": str(path), "bytes": len(data), "responses": len(responses), "over_max_cells": too_big}
