@@ -305,7 +305,8 @@ def test_empty_text_is_named_before_any_work(texts, tmp_path, capsys):
 
 
 def test_eval_says_its_window_length(texts, tmp_path, capsys):
-    """The loss depends on the window length, so the result line and the JSON say which one was used."""
+    """The loss depends on the window length, so the result line and the JSON say which one was used; by
+    default the one the model was trained on (from its file), not 256."""
     train, valid = texts
     out = tmp_path / "run"
     assert main(["train", "--data", str(train), "--out", str(out), *map(str, TINY_RUN)]) == 0
@@ -313,7 +314,7 @@ def test_eval_says_its_window_length(texts, tmp_path, capsys):
     assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--seq-len", "8"]) == 0
     assert capsys.readouterr().out.rstrip().endswith("[8-token windows]")
     assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["seq_len"] == 256                   # the default
+    assert json.loads(capsys.readouterr().out)["seq_len"] == 16                    # as the model was trained
 
 
 def test_a_trainer_takes_one_path_or_a_folder(texts, tmp_path):

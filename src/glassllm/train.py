@@ -1064,11 +1064,22 @@ def _add_eval_cli(parser) -> None:
     parser.add_argument("--data", nargs="+", metavar="PATH", required=True,
                         help="text files or folders to evaluate on (same forms as train --data)")
     parser.add_argument("--seq-len", type=int, default=None,
-                        help="window length in tokens (default: 256, or the model's context if shorter)")
+                        help="window length in tokens (default: the length the model was trained on, from its "
+                             "file; else 256, or the model's context if shorter)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: 16)")
     parser.add_argument("--threads", type=int, metavar="N", help="BLAS threads (default: the library's choice)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.set_defaults(func=_eval_cli)
+
+
+def _trained_seq_len(meta: dict, context: int) -> int:
+    """The window length a model file says it was trained on (its ``train_config``), else 256; at most ``context``."""
+    try:
+        trained = json.loads(meta.get("train_config", "{}")).get("seq_len")
+    except (ValueError, AttributeError):
+        trained = None
+    ok = isinstance(trained, int) and not isinstance(trained, bool) and trained >= 1
+    return min(trained if ok else 256, context)
 
 
 def _eval_cli(args) -> int:
@@ -1076,8 +1087,8 @@ def _eval_cli(args) -> int:
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-    model, tokenizer, _ = (checkpoint.load_model(args.model) if args.model else checkpoint.load_bundled())
-    seq_len = min(256, model.config.max_seq_len) if args.seq_len is None else args.seq_len
+    model, tokenizer, meta = (checkpoint.load_model(args.model) if args.model else checkpoint.load_bundled())
+    seq_len = args.seq_len if args.seq_len is not None else _trained_seq_len(meta, model.config.max_seq_len)
     files = resolve_sources(args.data, progress=False)
     with _threads(args.threads):
         result = evaluate_text(model, tokenizer, [str(f) for f in files], seq_len, args.batch_size)
