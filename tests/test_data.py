@@ -303,3 +303,53 @@ def test_a_tokenizer_trained_on_a_folder_reads_the_files_training_reads(corpus):
     assert _files(corpus) == expand_paths(corpus)
     assert Tokenizer.train(corpus, vocab_size=300).encode("zyxwv") == \
         Tokenizer.train(expand_paths(corpus), vocab_size=300).encode("zyxwv")
+
+
+def test_files_of_a_folder_are_separate_documents(tmp_path):
+    """One story per file, no separator lines: an end-of-text id goes between the files (not after a file
+    that already ends with one, and not after the last)."""
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Tom had a red ball. The end.", encoding="utf-8")
+    (folder / "b.txt").write_text("Sue ran to the park.\n<|endoftext|>\n", encoding="utf-8")
+    (folder / "c.txt").write_text("Max saw a cat.", encoding="utf-8")
+    tok = Tokenizer.train([make_stories(30, 0)], vocab_size=300)
+    ids = np.asarray(token_ids(folder, tok, tmp_path / "cache"), dtype=np.int64)
+    assert tok.decode(ids) == ("Tom had a red ball. The end.<|endoftext|>Sue ran to the park.\n<|endoftext|>\n"
+                               "Max saw a cat.")
+    assert int((ids == tok.eot_id).sum()) == 2
+
+
+def test_hub_file_names_stay_inside_the_dataset(tmp_path):
+    for name in ("../../../escaped.txt", "/etc/hostname", "", "a//b.txt"):
+        with pytest.raises(ValueError, match="must be a relative path inside the dataset"):
+            fetch_hub_file("a/b", name, tmp_path, endpoint="http://127.0.0.1:9", progress=False)
+    with pytest.raises(ValueError, match="inside the dataset"):
+        resolve_sources(["hf:a/b//etc/hostname"], cache_dir=tmp_path, progress=False)
+    assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_a_download_cut_by_the_network_names_the_url_not_the_disk(tmp_path, monkeypatch):
+    """A connection reset mid-body is a download error naming the URL (it read as a write error)."""
+    class Cut:
+        headers = {"Content-Length": "100"}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self, n):
+            raise ConnectionResetError("Connection reset by peer")
+
+    monkeypatch.setattr(data.urllib.request, "urlopen", lambda *a, **k: Cut())
+    with pytest.raises(ValueError, match=r"cannot download http://hub\.test/datasets/o/n/resolve/main/x\.txt: "
+                                         r"Connection reset"):
+        fetch_hub_file("o/n", "x.txt", tmp_path, endpoint="http://hub.test", progress=False)
+    assert not list((tmp_path / "datasets--o--n" / "main").iterdir())
+
+
+def test_distinct_ids_are_counted_in_chunks():
+    ids = np.random.default_rng(0).integers(0, 900, size=(1 << 22) + 12345).astype(np.uint16)
+    np.testing.assert_array_equal(data._distinct(ids), np.unique(ids))

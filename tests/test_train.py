@@ -292,6 +292,16 @@ def test_settings_that_are_valid_but_odd_get_a_note(texts, tmp_path, capsys):
                      "to work on"]
 
 
+def test_a_stale_tokenizer_json_in_the_folder_is_replaced_by_the_runs(texts, tmp_path):
+    train, _ = texts
+    out = tmp_path / "run"
+    out.mkdir()
+    Tokenizer.train([make_stories(40, 9).upper()], vocab_size=300).save(out / "tokenizer.json")
+    assert main(["train", "--data", str(train), "--out", str(out), *map(str, TINY_RUN)]) == 0
+    _, tok, _ = checkpoint.load_model(out / "model.safetensors")
+    assert Tokenizer.load(out / "tokenizer.json").to_json() == tok.to_json()
+
+
 def test_empty_text_is_named_before_any_work(texts, tmp_path, capsys):
     train, _ = texts
     empty = tmp_path / "empty.txt"

@@ -31,6 +31,7 @@ again.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -42,14 +43,14 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import atomic_path, make_folder
-from .tokenizer import folder_texts
+from .tokenizer import EOT, folder_texts
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
     "HUB_SOURCES", "hub_url", "fetch_hub_file", "resolve_sources", "default_cache_dir",
 ]
 
-CACHE_FORMAT = "glassllm-token-cache v1"
+CACHE_FORMAT = "glassllm-token-cache v2"   # v2: an end-of-text id between files that lack one
 
 
 # ----------------------------------------------------------------------------
@@ -109,12 +110,23 @@ def cache_key(file_hashes: list[str], tokenizer) -> str:
     return h.hexdigest()
 
 
-def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None) -> np.ndarray:
-    """The token ids of ``files`` (concatenated with ``Tokenizer.encode_corpus``) as a read-only memmap.
+def _ends_with_eot(path) -> bool:
+    """Does the file's text end with ``<|endoftext|>`` (trailing whitespace aside)?"""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 4096))
+        return f.read().rstrip().endswith(EOT.encode())
 
-    Tokenised once: the ids live in ``cache_dir/tokens-<key>.npy`` (uint16), where
-    the key hashes the files' contents and the tokenizer. Returns a 1-D
-    ``np.memmap`` of ``uint16``.
+
+def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None) -> np.ndarray:
+    """The token ids of ``files`` (each encoded with ``Tokenizer.encode_corpus``) as a read-only memmap.
+
+    Files are documents: between two files, unless the first already ends with
+    an ``<|endoftext|>`` line, the end-of-text id is put in, so that a folder of
+    one story per file is read as separate stories, as one file with separator
+    lines would be. Tokenised once: the ids live in
+    ``cache_dir/tokens-<key>.npy`` (uint16), where the key hashes the files'
+    contents and the tokenizer. Returns a 1-D ``np.memmap`` of ``uint16``.
     """
     files = expand_paths(files)
     if tokenizer.vocab_size > 65536:
@@ -123,7 +135,13 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
     cache_dir = make_folder(cache_dir)
     path = cache_dir / f"tokens-{cache_key(hashes, tokenizer)[:24]}.npy"
     if not path.exists():
-        ids = np.asarray(tokenizer.encode_corpus(files))        # Paths: never mistaken for text
+        eot = tokenizer.special_tokens.get(EOT)
+        parts = []
+        for k, file in enumerate(files):
+            parts.append(np.asarray(tokenizer.encode_corpus(file)))   # a Path: never mistaken for text
+            if eot is not None and k < len(files) - 1 and not _ends_with_eot(file):
+                parts.append(np.array([eot], dtype=np.uint16))
+        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"tokenising {len(files)} file(s) gave no tokens")
         if ids.dtype != np.uint16:
@@ -137,6 +155,17 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
 # ----------------------------------------------------------------------------
 # Batches
 # ----------------------------------------------------------------------------
+
+def _distinct(ids) -> np.ndarray:
+    """The distinct ids of a (memory-mapped) token array, sorted; counted in chunks, so a large
+    file is never copied whole into int64."""
+    counts = np.zeros(0, dtype=np.int64)
+    for start in range(0, len(ids), 1 << 22):
+        part = np.bincount(np.asarray(ids[start:start + (1 << 22)], dtype=np.int64))
+        if len(part) > len(counts):
+            counts = np.concatenate([counts, np.zeros(len(part) - len(counts), dtype=np.int64)])
+        counts[:len(part)] += part
+    return np.flatnonzero(counts)
 
 REPEAT_TOKENS = ("text", "random")  # what a repeated window's span is made of (see WindowSampler)
 
@@ -185,8 +214,7 @@ class WindowSampler:
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
         self.repeat_fraction = float(repeat_fraction)
         self.repeat_tokens = repeat_tokens
-        self._types = (np.flatnonzero(np.bincount(np.asarray(ids, dtype=np.int64)))   # distinct ids, sorted
-                       if repeat_fraction > 0 and repeat_tokens == "random" else None)
+        self._types = (_distinct(ids) if repeat_fraction > 0 and repeat_tokens == "random" else None)
         self.batches = 0
 
     def next_batch(self, seq_len: int | None = None, batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -251,7 +279,11 @@ def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", e
     The file lands at ``dest_dir/datasets--{owner}--{name}/{revision}/{filename}``.
     Raises ValueError on any network or integrity problem, naming the URL.
     """
-    target = Path(dest_dir) / f"datasets--{repo.replace('/', '--')}" / revision / filename
+    base = Path(dest_dir) / f"datasets--{repo.replace('/', '--')}" / revision
+    parts = Path(filename).parts
+    if not filename or Path(filename).is_absolute() or ".." in parts or "" in filename.split("/"):
+        raise ValueError(f"hub file name {filename!r} must be a relative path inside the dataset, without '..'")
+    target = base / filename
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +298,13 @@ def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", e
             bar = _progress_bar(int(expected_size) if expected_size else None, filename, progress)
             with atomic_path(target) as tmp:
                 with open(tmp, "wb") as f:
-                    for chunk in iter(lambda: response.read(1 << 20), b""):
+                    while True:
+                        try:
+                            chunk = response.read(1 << 20)
+                        except (OSError, http.client.HTTPException) as e:    # the network, not the disk
+                            raise ValueError(f"cannot download {url}: {e or type(e).__name__}") from None
+                        if not chunk:
+                            break
                         f.write(chunk)
                         h.update(chunk)
                         size += len(chunk)

@@ -711,8 +711,9 @@ class Trainer:
             tensors["adam_v/" + name] = np.ascontiguousarray(self.optimizer.v[name])
         atomic_write(self.out / "train_state.safetensors", save(tensors, metadata=meta))
         save_model(self.out / "model.safetensors", self.model, self.tokenizer, self.model_metadata())
+        # The run's tokenizer, also when a tokenizer.json of something else was in the folder before it.
         tok_path = self.out / "tokenizer.json"
-        if not tok_path.exists():
+        if not tok_path.is_file() or tok_path.read_text(encoding="utf-8", errors="replace") != self.tokenizer.to_json():
             self.tokenizer.save(tok_path)
         self.write_curve()
 
