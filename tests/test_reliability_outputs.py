@@ -184,7 +184,7 @@ def test_eval_reports_an_infinite_perplexity_for_a_huge_finite_loss(folder):
     assert result.perplexity == math.inf and math.isfinite(result.bits_per_byte)
 
 
-def test_eval_defaults_to_the_context_of_a_short_model(folder, capsys):
+def test_eval_defaults_to_the_trained_window_of_a_short_model(folder, capsys):
     code, err = run(["train", *TRAIN, "--out", "short", "--max-seq-len", "32"], capsys)
     assert code == 0, err
     code = cli.main(["eval", "--model", "short/model.safetensors", "--data", "train.txt", "--json"])
@@ -194,7 +194,7 @@ def test_eval_defaults_to_the_context_of_a_short_model(folder, capsys):
     result = json.loads(out.out)
     model, tok, _ = load_model(folder / "short" / "model.safetensors")
     n = len(tok.encode_corpus((folder / "train.txt").read_text()))
-    assert result["windows"] == math.ceil((n - 1) / 32)                   # windows of the model's 32 tokens
+    assert result["seq_len"] == 16 and result["windows"] == math.ceil((n - 1) / 16)   # trained on 16, context 32
 
 
 def test_a_tokenizer_file_may_start_with_a_byte_order_mark_or_a_newline(folder):
