@@ -65,6 +65,31 @@ def test_a_write_through_a_link_rewrites_its_target_and_keeps_the_link(tmp_path)
     assert (tmp_path / "dangling.txt").is_symlink() and (tmp_path / "made.txt").read_text() == "made"
 
 
+def test_a_replaced_file_keeps_its_permissions_and_a_new_one_gets_ordinary_ones(tmp_path):
+    private = tmp_path / "private.json"
+    private.write_text("old")
+    private.chmod(0o600)
+    atomic_write(private, "new")
+    assert private.read_text() == "new" and (private.stat().st_mode & 0o777) == 0o600
+    atomic_write(tmp_path / "fresh.json", "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "fresh.json").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_typo_in_valid_is_found_before_anything_is_downloaded(tmp_path, monkeypatch, capsys):
+    """Local paths are checked first: a failed fresh run would remove its folder, and with it a download."""
+    from glassllm import data
+
+    fetched = []
+    monkeypatch.setattr(data, "fetch_hub_file", lambda *a, **k: fetched.append(a) or (_ for _ in ()).throw(
+        AssertionError("no download expected")))
+    monkeypatch.chdir(tmp_path)
+    code, err = run(["train", "--data", "tinystories:train", "--valid", "vaild.txt", "--out", "r", "--no-progress"],
+                    capsys)
+    assert code == 2 and "--valid path 'vaild.txt' does not exist" in err and fetched == []
+
+
 def test_devices_pipes_and_folders_are_not_replaced(tmp_path):
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "dir").mkdir()

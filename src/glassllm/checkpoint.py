@@ -25,6 +25,7 @@ import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,7 +74,8 @@ def atomic_path(path):
     except OSError as e:
         raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file ordinary permissions
+    # mkstemp makes 0600: a replaced file keeps its own permissions, a new one gets ordinary ones
+    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask())
     try:
         yield Path(tmp)
         with open(tmp, "rb") as f:

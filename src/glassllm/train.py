@@ -68,7 +68,8 @@ import numpy as np
 from .autograd import no_grad
 from .checkpoint import atomic_path, atomic_write, make_folder, save_model
 from .config import JsonConfig, ModelConfig
-from .data import REPEAT_TOKENS, WindowSampler, expand_paths, resolve_sources, text_sha256s, token_ids
+from .data import (HUB_SOURCES, REPEAT_TOKENS, WindowSampler, expand_paths, resolve_sources, text_sha256s,
+                   token_ids)
 from .nn import Transformer
 from .optim import AdamW, clip_grad_norm, global_norm, lr_at
 
@@ -1005,6 +1006,11 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trai
         raise ValueError(f"{str(args.out)!r} holds a model.safetensors that no run there saved (an export?); "
                          "a new run would replace it: choose another --out")
     cache = args.cache_dir or Path(args.out) / "cache"
+    # Local paths first, for both: a typo in --valid must not come after a download (and undo it).
+    for flag, specs in (("--data", args.data), ("--valid", args.valid or [])):
+        for spec in specs:
+            if str(spec) not in HUB_SOURCES and not str(spec).startswith("hf:") and not Path(spec).exists():
+                raise ValueError(f"{flag} path {str(spec)!r} does not exist")
     train_files = resolve_sources(args.data, cache, progress=progress)
     valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []
     command = shlex.join(["glassllm", "train", *sys.argv[2:]]) if _invoked_as_train() else ""
