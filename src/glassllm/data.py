@@ -47,7 +47,7 @@ from .tokenizer import EOT, folder_texts
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
-    "HUB_SOURCES", "hub_url", "fetch_hub_file", "resolve_sources", "default_cache_dir",
+    "HUB_SOURCES", "hub_url", "fetch_hub_file", "hub_source", "resolve_sources", "default_cache_dir",
 ]
 
 CACHE_FORMAT = "glassllm-token-cache v2"   # v2: an end-of-text id between files that lack one
@@ -141,7 +141,7 @@ def token_ids(files, tokenizer, cache_dir, file_hashes: list[str] | None = None)
             parts.append(np.asarray(tokenizer.encode_corpus(file)))   # a Path: never mistaken for text
             if eot is not None and k < len(files) - 1 and not _ends_with_eot(file):
                 parts.append(np.array([eot], dtype=np.uint16))
-        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
+        ids = np.concatenate(parts)                                 # expand_paths gave at least one file
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"tokenising {len(files)} file(s) gave no tokens")
         if ids.dtype != np.uint16:
@@ -166,6 +166,7 @@ def _distinct(ids) -> np.ndarray:
             counts = np.concatenate([counts, np.zeros(len(part) - len(counts), dtype=np.int64)])
         counts[:len(part)] += part
     return np.flatnonzero(counts)
+
 
 REPEAT_TOKENS = ("text", "random")  # what a repeated window's span is made of (see WindowSampler)
 
@@ -279,11 +280,10 @@ def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", e
     The file lands at ``dest_dir/datasets--{owner}--{name}/{revision}/{filename}``.
     Raises ValueError on any network or integrity problem, naming the URL.
     """
-    base = Path(dest_dir) / f"datasets--{repo.replace('/', '--')}" / revision
-    parts = Path(filename).parts
-    if not filename or Path(filename).is_absolute() or ".." in parts or "" in filename.split("/"):
+    pieces = filename.split("/")                                         # "" for a leading or doubled "/"
+    if "" in pieces or ".." in pieces:
         raise ValueError(f"hub file name {filename!r} must be a relative path inside the dataset, without '..'")
-    target = base / filename
+    target = Path(dest_dir) / f"datasets--{repo.replace('/', '--')}" / revision / filename
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -338,13 +338,17 @@ def resolve_sources(specs, cache_dir=None, endpoint: str | None = None, progress
     hub_dir = Path(cache_dir or default_cache_dir()) / "hub"
     local = []
     for spec in specs:
-        text = str(spec)
-        if text in HUB_SOURCES:
-            repo, filename = HUB_SOURCES[text]
-            local.append(fetch_hub_file(repo, filename, hub_dir, endpoint=endpoint, progress=progress))
-        elif _HF_SPEC.match(text):
-            repo, filename = _HF_SPEC.match(text).groups()
-            local.append(fetch_hub_file(repo, filename, hub_dir, endpoint=endpoint, progress=progress))
-        else:
-            local.append(Path(text))
+        hub = hub_source(spec)
+        local.append(Path(spec) if hub is None else
+                     fetch_hub_file(*hub, hub_dir, endpoint=endpoint, progress=progress))
     return expand_paths(local)
+
+
+def hub_source(spec) -> tuple[str, str] | None:
+    """``(repo, filename)`` when a ``--data`` spec names a hub file (an alias of :data:`HUB_SOURCES`, or
+    ``hf:OWNER/NAME/FILE``); None for a local path."""
+    text = str(spec)
+    if text in HUB_SOURCES:
+        return HUB_SOURCES[text]
+    match = _HF_SPEC.match(text)
+    return None if match is None else match.groups()

@@ -397,9 +397,9 @@ def _cli(args) -> int:
     check_top_p(args.top_p, "--top-p")
     model, tokenizer, _ = load_model(path)
     check_top_k(args.top_k, model.config.vocab_size, "--top-k")
+    n_prompt = len(_check_prompt(args.prompt, model, tokenizer))
     if args.max_new_tokens is None:                                      # the default fits the context
-        room = model.config.max_seq_len - len(_check_prompt(args.prompt, model, tokenizer))
-        args.max_new_tokens = max(1, min(200, room))
+        args.max_new_tokens = max(1, min(200, model.config.max_seq_len - n_prompt))
     records = generate(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                        seed=args.seed, stop=args.stop, alternatives=5 if args.show_probs else 0)
@@ -415,7 +415,6 @@ def _cli(args) -> int:
             out.write("\n")  # the text's line ends, even when Ctrl+C cut it short
             out.flush()
         return 0
-    n_prompt = len(_check_prompt(args.prompt, model, tokenizer))
     out.write(f"prompt: {args.prompt!r} ({n_prompt} token{'s' if n_prompt != 1 else ''})\n")
     # p(model): the model's own probability (softmax of the logits); p(drawn): in the distribution the token
     # was drawn from (after --temperature, --top-k, --top-p). The alternatives are the model's most likely.

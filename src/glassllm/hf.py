@@ -431,20 +431,16 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     for key in ("byte_fallback", "ignore_merges"):
         if model.get(key, False):
             raise _bad(where, f"model.{key}", model[key], "false")
-    def kind(key):  # the "type" of an optional object field
+
+    # Optional object fields, by their "type": none may change the text, and glassllm adds no tokens around it.
+    for key, allowed, expected in (("normalizer", (), "null"),
+                                   ("post_processor", ("ByteLevel",), "null (no tokens added around the text)"),
+                                   ("decoder", ("ByteLevel",), "'ByteLevel'")):
         value = doc.get(key)
         if value is not None and not isinstance(value, dict):
             raise _bad(where, key, type(value).__name__, "an object or null")
-        return None if value is None else value.get("type")
-
-    if doc.get("normalizer") is not None:
-        raise _bad(where, "normalizer", kind("normalizer"), "null")
-    post = doc.get("post_processor")
-    if post is not None and kind("post_processor") != "ByteLevel":
-        raise _bad(where, "post_processor", post.get("type"), "null (no tokens added around the text)")
-    decoder = doc.get("decoder")
-    if decoder is not None and kind("decoder") != "ByteLevel":
-        raise _bad(where, "decoder", decoder.get("type"), "'ByteLevel'")
+        if value is not None and value.get("type") not in allowed:
+            raise _bad(where, key, value.get("type"), expected)
     pattern = _check_pre_tokenizer(doc.get("pre_tokenizer"), where)
 
     vocab = model.get("vocab")

@@ -87,10 +87,9 @@ def model_dtype(dtype) -> np.dtype:
     """``dtype`` as a NumPy dtype if a model can compute in it (float32 or float64); a one-line
     ValueError otherwise. (NumPy has no fast float16 matrix product, and no bfloat16.)"""
     try:
-        dt = None if dtype is None else np.dtype(dtype)                 # (NumPy reads None as float64)
+        dt = None if dtype is None else np.dtype(dtype)                 # (NumPy would read None as float64)
     except TypeError:
         dt = None
-    # (compared by name: NumPy also reads None as float64, so ``np.dtype("float64") == None`` holds)
     if dt is None or dt.name not in ("float32", "float64") or isinstance(dtype, bool):
         shown = dt.name if dt is not None else repr(dtype)
         raise ValueError(f"dtype must be float32 or float64, got {shown}")
@@ -505,7 +504,6 @@ class KVCache:
         if not 1 <= capacity <= config.max_seq_len:
             raise ValueError(f"cache capacity must be in [1, {config.max_seq_len}], got {capacity}")
         dtype = model_dtype(dtype)
-        self.config = config
         shape = (config.n_layers, batch, config.n_kv_heads, capacity, config.head_dim)
         self.k = np.zeros(shape, dtype=dtype)
         self.v = np.zeros(shape, dtype=dtype)

@@ -38,7 +38,7 @@ import numpy as np
 
 from .autograd import Tensor
 
-__all__ = ["AdamW", "decay_mask", "lr_at", "lr_lambda", "clip_grad_norm", "global_norm"]
+__all__ = ["AdamW", "decay_mask", "lr_at", "lr_lambda", "check_lr", "clip_grad_norm", "global_norm"]
 
 
 def decay_mask(named_params) -> dict[str, bool]:
@@ -68,6 +68,14 @@ def lr_at(step: int, peak: float, warmup: int, total: int, min_lr: float = 0.0) 
 def lr_lambda(peak: float, warmup: int, total: int, min_lr: float = 0.0):
     """The schedule as a multiplier of ``peak``, the form ``torch.optim.lr_scheduler.LambdaLR`` takes."""
     return lambda step: lr_at(step, peak, warmup, total, min_lr) / peak
+
+
+def check_lr(lr, what: str = "AdamW lr") -> float:
+    """``lr`` as a float if it is a finite number >= 0; a ValueError naming ``what`` otherwise."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"{what} must be a finite number >= 0, got {lr!r}")
+    return float(lr)
 
 
 def global_norm(params) -> float:
@@ -128,9 +136,7 @@ class AdamW:
             raise ValueError("AdamW got no parameters to optimise")
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"AdamW betas must be two numbers (beta1, beta2), got {betas!r}")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(lr) or lr < 0:
-            raise ValueError(f"AdamW lr must be a finite number >= 0, got {lr!r}")
+        check_lr(lr)
         b1, b2 = betas
         for name, value in (("beta1", b1), ("beta2", b2)):
             if not 0.0 <= value < 1.0:

@@ -51,9 +51,9 @@ import csv
 import dataclasses
 import io
 import json
-import re
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -68,10 +68,10 @@ import numpy as np
 from .autograd import no_grad
 from .checkpoint import atomic_path, atomic_write, make_folder, save_model
 from .config import JsonConfig, ModelConfig
-from .data import (HUB_SOURCES, REPEAT_TOKENS, WindowSampler, expand_paths, resolve_sources, text_sha256s,
+from .data import (REPEAT_TOKENS, WindowSampler, expand_paths, hub_source, resolve_sources, text_sha256s,
                    token_ids)
 from .nn import Transformer
-from .optim import AdamW, clip_grad_norm, global_norm, lr_at
+from .optim import AdamW, check_lr, clip_grad_norm, global_norm, lr_at
 
 __all__ = ["TrainConfig", "EvalResult", "Trainer", "train_step", "find_non_finite", "NonFinite",
            "evaluate", "evaluate_text",
@@ -280,9 +280,7 @@ def train_step(model: Transformer, optimizer: AdamW, batches, lr: float, grad_cl
     """
     if not batches:
         raise ValueError("train_step needs at least one micro-batch [(x, y), ...], got none")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"step {step}: the learning rate must be a finite number >= 0, got {lr!r}")
+    check_lr(lr, f"step {step}: the learning rate")
     optimizer.zero_grad()
     scale = 1.0 / len(batches)
     total = 0.0
@@ -460,7 +458,6 @@ def evaluate_text(model: Transformer, tokenizer, text_or_paths, seq_len: int = 2
 # A run: model, optimiser, data, history, and its folder
 # ----------------------------------------------------------------------------
 
-
 @contextlib.contextmanager
 def _stop_between_steps():
     """While training: the first Ctrl-C (SIGINT) or SIGTERM only asks the loop to stop after the step it is
@@ -510,10 +507,8 @@ class Trainer:
         self.progress = progress
         # a path or a list of them; folders give their *.txt files (as on the command line)
         self.train_files = [f.resolve() for f in expand_paths(train_files)]
-        if not isinstance(valid_files, (str, os.PathLike)):
-            valid_files = list(valid_files)
-        has_valid = isinstance(valid_files, (str, os.PathLike)) or len(valid_files) > 0
-        self.valid_files = [f.resolve() for f in expand_paths(valid_files)] if has_valid else []
+        valid_files = [valid_files] if isinstance(valid_files, (str, os.PathLike)) else list(valid_files)
+        self.valid_files = [f.resolve() for f in expand_paths(valid_files)] if valid_files else []
         for files, what in ((self.train_files, "training"), (self.valid_files, "held-out")):
             if files and all(f.is_file() and f.stat().st_size == 0 for f in files):
                 names = ", ".join(repr(str(f)) for f in files[:3]) + (" ..." if len(files) > 3 else "")
@@ -640,14 +635,9 @@ class Trainer:
         stopping = scope.enter_context(_stop_between_steps())
         try:
             while self.step < stop:
-                if stopping:                                             # Ctrl-C or SIGTERM during the last step
+                if stopping:                                             # Ctrl-C or SIGTERM came during that step
                     self.save()
-                    bar.close()
-                    print(f"interrupted at step {self.step} of {c.steps}: saved; continue with "
-                          f"glassllm train --out {shlex.quote(str(self.out))} --resume", file=sys.stderr)
-                    if stopping[0] == signal.SIGTERM:
-                        raise SystemExit(128 + signal.SIGTERM)
-                    raise KeyboardInterrupt
+                    break
                 t0 = time.perf_counter()
                 B, T = c.window_shape(self.step)
                 batches = [self.sampler.next_batch(T, B) for _ in range(c.grad_accum)]
@@ -675,7 +665,11 @@ class Trainer:
                 bar.update(1)
                 if self.step == stop or (c.checkpoint_every and self.step % c.checkpoint_every == 0):
                     self.save()
-            if stopping:                                                 # it came during the last step: saved
+            if stopping:                                                 # the run is saved at this step
+                bar.close()
+                if self.step < c.steps:
+                    print(f"interrupted at step {self.step} of {c.steps}: saved; continue with "
+                          f"glassllm train --out {shlex.quote(str(self.out))} --resume", file=sys.stderr)
                 if stopping[0] == signal.SIGTERM:
                     raise SystemExit(128 + signal.SIGTERM)
                 raise KeyboardInterrupt
@@ -688,7 +682,6 @@ class Trainer:
     def _log(self, text: str) -> None:
         if self.progress:
             print(text, file=sys.stderr)
-
 
     # -- saving -------------------------------------------------------------------
     def save(self) -> None:
@@ -1009,7 +1002,7 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trai
     # Local paths first, for both: a typo in --valid must not come after a download (and undo it).
     for flag, specs in (("--data", args.data), ("--valid", args.valid or [])):
         for spec in specs:
-            if str(spec) not in HUB_SOURCES and not str(spec).startswith("hf:") and not Path(spec).exists():
+            if hub_source(spec) is None and not Path(spec).exists():
                 raise ValueError(f"{flag} path {str(spec)!r} does not exist")
     train_files = resolve_sources(args.data, cache, progress=progress)
     valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []

@@ -31,6 +31,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
@@ -314,8 +315,8 @@ class Inspector:
         if iv.row >= rows or iv.col >= cols:
             raise ValueError(f"intervention 'edit': cell ({iv.row}, {iv.col}) is outside {iv.name!r}, "
                              f"which is {rows} x {cols} for this prompt")
-        if iv.name in ("attn.scores", "attn.softmax") and iv.col > iv.row:
-            # The prompt's pass has no cache and no padding: key j is query i's future when j > i.
+        if iv.name in ("attn.scores", "attn.softmax") and causal_mask(n, n)[iv.row, iv.col]:
+            # (the prompt's pass: no cache, no padding)
             raise ValueError(f"intervention 'edit': cell ({iv.row}, {iv.col}) of {iv.name!r} is a future key, "
                              "masked by rule (its weight is 0 whatever the score); switch the mask off with "
                              "'mask_off' to let queries read the future")

@@ -164,7 +164,8 @@ class MeanAblate(Intervention):
                             f"got {type(mean).__name__}") from None
         if mean.shape != (config.head_dim,):
             raise ValueError(f"MeanAblate: mean must be {config.head_dim} numbers (head size), got shape {mean.shape}")
-        self._mean = _finite(f"layers.{layer}.attn.mix", "MeanAblate", mean, np.float64)  # and in apply, in the model's dtype
+        # finite here; apply checks it again in the model's dtype
+        self._mean = _finite(f"layers.{layer}.attn.mix", "MeanAblate", mean, np.float64)
         return [f"layers.{layer}.attn.mix"]
 
     @property
@@ -183,12 +184,9 @@ class MeanAblate(Intervention):
         return t * keep + fill                                           # (B, H, n, D)
 
     def __repr__(self):
-        if isinstance(self.mean, Trace):
-            mean = getattr(self, "_mean", None)
-            mean = "Trace" if mean is None else np.array2string(mean, precision=6, separator=", ",
-                                                                 max_line_width=10**6)
-        else:
-            mean = np.array2string(np.asarray(self.mean), precision=6, separator=", ", max_line_width=10**6)
+        given = self.mean if not isinstance(self.mean, Trace) else getattr(self, "_mean", None)  # bound: its mean
+        mean = ("Trace" if isinstance(self.mean, Trace) and given is None else
+                np.array2string(np.asarray(given), precision=6, separator=", ", max_line_width=10**6))
         return f"MeanAblate(layer={self.layer}, head={self.head}, mean={mean})"
 
 
