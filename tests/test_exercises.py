@@ -224,3 +224,20 @@ def test_load_function_reads_the_file(tmp_path):
     path.write_text("import numpy as np\n\ndef rms_norm(x, weight, eps=1e-5):\n    return x\n", encoding="utf-8")
     f = load_function(path, "rms_norm")
     assert f(np.ones(2), None).tolist() == [1.0, 1.0]
+
+
+def test_the_docs_show_each_solution_word_for_word_folded_away():
+    import inspect
+    import re
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "exercises.md").read_text(encoding="utf-8")
+    assert "pymdownx.details" in (root / "mkdocs.yml").read_text(encoding="utf-8")   # ??? folds
+    folded = re.findall(r'^\?\?\? note "Solution"\n\n    ```python\n(.*?)\n    ```$', page, flags=re.S | re.M)
+    shown = {re.match(r"def (\w+)", textwrap.dedent(block)).group(1): textwrap.dedent(block) for block in folded}
+    assert set(shown) == set(EXERCISES)
+    for name in EXERCISES:
+        assert shown[name] == inspect.getsource(getattr(solutions, name)).rstrip("\n"), name
+        assert f"glassllm check {name} --stub" in page
