@@ -98,7 +98,9 @@ def _cli(args) -> int:
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
         stats = export_html(inspector, prompt, args.html, steps=args.steps)
-        print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views); "
+        ablation = stats["parts"].get("ablation", 0)
+        print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views, "
+              f"{ablation / 1e6:.1f} MB of them the later layers' attention under each layer-0 head's ablation); "
               "open it in any browser, offline")
         if stats["over_max_cells"]:
             print(f"note: {stats['over_max_cells']} of those views hold more than --max-cells "

@@ -35,12 +35,14 @@ from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
-from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
+from .schema import HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
 
-__all__ = ["Inspector", "encode_array"]
+__all__ = ["Inspector", "encode_array", "pool"]
 
 # Axis letters that select a head; the slice keeps the two axes after it.
 HEAD_AXES = ("H", "G")
+# The head grid's thumbnails hold at most this many rows and columns; longer prompts are averaged in blocks.
+THUMB_CELLS = 64
 # Which snapshot names (without their layer prefix) the page groups under which heading.
 GROUPS = (
     ("residual stream", ("resid_pre", "resid_mid", "resid_post", "embed")),
@@ -237,6 +239,37 @@ class Inspector:
         }
         return out
 
+    # ------------------------------------------------------------------ the head grid
+    def heads(self, req: HeadsRequest) -> dict:
+        """Every layer's and head's ``attn.softmax`` (or its gradient) of the prompt's pass, as thumbnails.
+
+        ``values``: (L, H, r, c) float32, the (n, n) patterns averaged over f x f blocks of query and key
+        positions (f = ceil(n / 64), so r = c = ceil(n / f); f = 1 keeps every cell); ``masked``: (L, r, c),
+        1 where every cell of a block is a forbidden key. The masked cells of ``values`` are 0.
+        """
+        if req.target is not None and not req.grad:
+            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
+        if req.target is not None and req.target >= self.config.vocab_size:
+            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        ids = self.encode(req.prompt)
+        self._check_intervention(req.intervention, len(ids))
+        run = self._run_for(ids, 0, req.intervention, req.target if req.grad else None, req.grad)
+        L, n = self.config.n_layers, len(ids)
+        f = -(-n // THUMB_CELLS)
+        weights, masks = [], []
+        for layer in range(L):
+            a = run.get(f"layers.{layer}.attn.softmax", None, req.grad)               # (H, n, n)
+            mask = run.get(f"layers.{layer}.attn.mask", None, False)                 # (n, n) True = forbidden
+            pooled, blocked = pool(a, mask, f)
+            weights.append(pooled)
+            masks.append(blocked)
+        return {"layers": L, "heads": self.config.n_heads, "n": n, "block": f, "grad": req.grad,
+                "pieces": [self._vocab[i] for i in ids],
+                "values": encode_array(np.stack(weights).astype(np.float32)),       # (L, H, r, r)
+                "masked": encode_array(np.stack(masks).astype(np.uint8)),           # (L, r, r)
+                "target": run.target if req.grad else None,
+                "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None}
+
     # ------------------------------------------------------------------ next token
     def next_token(self, req: NextRequest) -> dict:
         """Logits of the last position, survivors of top-k / top-p, and before/after an intervention."""
@@ -383,6 +416,31 @@ class Inspector:
                 raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
                                  f"{len(passes) - 1}; there is no step {step}")
             return passes[step]
+
+
+def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average (..., n, m) ``a`` over f x f blocks, leaving out the cells ``mask`` (n, m) forbids.
+
+    Returns the (..., r, c) means (r = ceil(n / f), c = ceil(m / f); 0 where a whole block is masked)
+    and the (r, c) blocks that are masked throughout.
+
+    >>> a = np.arange(16.0).reshape(4, 4); m = np.triu(np.ones((4, 4), bool), 1)
+    >>> pool(a, m, 2)[0].tolist(), pool(a, m, 2)[1].tolist()
+    ([[3.0, 0.0], [10.5, 13.0]], [[False, True], [False, False]])
+    """
+    if f == 1:
+        return np.where(mask, 0, a), mask.copy()
+    n, m = mask.shape
+    r, c = -(-n // f), -(-m // f)
+    keep = np.zeros((r * f, c * f))
+    keep[:n, :m] = ~mask
+    grid = np.zeros(a.shape[:-2] + (r * f, c * f))
+    grid[..., :n, :m] = np.where(mask, 0, a)
+    keep = keep.reshape(r, f, c, f)                                        # (r, f, c, f)
+    grid = grid.reshape(a.shape[:-2] + (r, f, c, f))                      # (..., r, f, c, f)
+    count = keep.sum(axis=(1, 3))                                         # (r, c)
+    total = grid.sum(axis=(-3, -1))                                       # (..., r, c)
+    return np.where(count > 0, total / np.maximum(count, 1), 0), count == 0
 
 
 def _group(local: str) -> str:

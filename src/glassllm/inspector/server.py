@@ -9,6 +9,7 @@ Routes, and nothing else::
     POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
     POST /api/snapshot  one slice of one snapshot (see schema.SnapshotRequest)
     POST /api/next      the next-token logits, survivors, before/after an intervention
+    POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
 
 The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
@@ -39,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .data import Inspector
-from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+from .schema import HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server"]
 
@@ -186,6 +187,10 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
     @app.post("/api/next")
     def next_token(req: NextRequest):
         return inspector.next_token(req)
+
+    @app.post("/api/heads")
+    def heads(req: HeadsRequest):
+        return inspector.heads(req)
 
     return app
 
