@@ -137,8 +137,7 @@ def test_the_top_bar_is_on_an_absolute_scale_so_it_shortens_as_the_temperature_r
     w3, p3, f3 = top_bar(3)
     assert w1 == pytest.approx(100 * p1, abs=0.01) and w3 == pytest.approx(100 * p3, abs=0.01)
     assert p3 < p1 and f3 < f1 - 0.01                                     # the drawn bar is shorter
-    assert page.locator("#bars .cols").inner_text().split() == ["candidate", "p,", "on", "a", "fixed", "0", "…", "1",
-                                                                 "track", "p", "sampled"]
+    assert page.locator("#bars .cols").inner_text().split() == ["candidate", "p", "(track", "0", "…", "1)", "p", "sampled"]
     page.close()
 
 
@@ -239,3 +238,80 @@ def test_an_intervention_shows_before_after_and_difference_and_says_what_ablatio
     idle(page)
     assert page.is_hidden("#compare")
     page.close()
+
+
+# ----------------------------------------------------------------------------
+# The training timeline
+# ----------------------------------------------------------------------------
+
+def _training_page(browser, inspector_, tab="training"):
+    from glassllm.inspector import create_app
+    from glassllm.inspector.server import Server
+
+    server_ = Server(create_app(inspector_, prompt="Once upon a time", tab=tab), "127.0.0.1", 0).start()
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server_.url)
+    page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+    idle(page)
+    return server_, page, errors
+
+
+def test_the_timeline_slider_changes_the_shown_pattern(browser, tmp_path):
+    from test_inspector_timeline import tiny_run
+
+    from glassllm.inspector import Inspector
+    from glassllm.inspector.cli import _load
+
+    tiny_run(tmp_path)
+    model, tokenizer, meta, timeline = _load(None, str(tmp_path / "run"))
+    server_, page, errors = _training_page(browser, Inspector(model, tokenizer, meta=meta, timeline=timeline))
+    try:
+        assert page.is_visible("#panel-training") and page.is_visible("#tl-slider")
+        S, L, H, n = timeline.attn.shape[:4]
+        shown = {}
+        for s in (0, S // 2, S - 1):
+            page.fill("#tl-slider", str(s))
+            page.dispatch_event("#tl-slider", "input")
+            t = page.evaluate("() => window.glass.timeline")
+            assert t["index"] == s and t["step"] == timeline.steps[s]
+            layer, head = t["selected"]["layer"], t["selected"]["head"]
+            np.testing.assert_array_equal(np.array(t["pattern"], dtype=np.float32).reshape(n, n),
+                                          timeline.attn[s, layer, head])                   # the file's numbers
+            shown[s] = page.evaluate("() => document.getElementById('tl-head').toDataURL()")
+            assert f"step {timeline.steps[s]:,}" in page.inner_text("#tl-row")
+        assert shown[0] != shown[S - 1]                                        # the drawn pattern changed
+        np.testing.assert_array_equal(np.array(t["scores"], dtype=np.float32).reshape(S, L, H), timeline.induction)
+        # A thumbnail picks the head shown large.
+        page.click("#tl-grid .thumb[data-layer='1'][data-head='3']")
+        assert page.evaluate("() => window.glass.timeline.selected") == {"layer": 1, "head": 3}
+        assert page.inner_text("#tl-legend-note") == page.inner_text("#tl-howto-scale b") != ""
+        assert errors == []
+    finally:
+        page.close()
+        server_.stop()
+
+
+def test_the_bundled_history_shows_the_induction_head_appear(browser, parts):
+    from glassllm.checkpoint import bundled_model_path
+    from glassllm.inspector import Inspector
+    from glassllm.timeline import load_timeline, timeline_path_for
+
+    path = timeline_path_for(bundled_model_path())
+    if parts[2] != "bundled" or not path.is_file():
+        pytest.skip(f"the bundled model's timeline {path.name} is not installed")
+    timeline = load_timeline(path)
+    server_, page, errors = _training_page(browser, Inspector(parts[0], parts[1], meta=parts[3], timeline=timeline))
+    try:
+        best = []
+        for s in range(len(timeline.steps)):
+            page.fill("#tl-slider", str(s))
+            page.dispatch_event("#tl-slider", "input")
+            best.append(float(page.get_attribute("#tl-best", "data-score")))
+        np.testing.assert_allclose(best, timeline.induction.reshape(len(best), -1).max(axis=1), rtol=1e-6)
+        assert best[0] < 0.2 and best[-1] > 0.5                                 # from chance to an induction head
+        assert errors == []
+    finally:
+        page.close()
+        server_.stop()

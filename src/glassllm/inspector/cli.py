@@ -5,9 +5,13 @@
     glassllm inspect "Once upon a time"                    # local server on 127.0.0.1, opens the browser
     glassllm inspect "Once upon a time" --no-browser --port 8765
     glassllm inspect "Once upon a time" --html story.html  # one offline file, nothing fetched
+    glassllm inspect --run runs/tiny                       # a run folder: its model and its training timeline
 
 The bundled TinyStories model is used unless ``--model FILE`` names another
-model file. The server binds to loopback unless ``--host`` says otherwise
+model file, or ``--run DIR`` a training run's folder. A model with a training
+timeline beside it (``X.timeline.safetensors``, or a run's ``timeline.safetensors``;
+see :mod:`glassllm.timeline`) gets a Training tab: the run's probe prompt at
+log-spaced steps, with a step slider next to the loss curve. The server binds to loopback unless ``--host`` says otherwise
 (with a warning: the inspector has no authentication).
 """
 
@@ -28,6 +32,9 @@ def add_cli(name: str, parser) -> None:
                         help=f"the text to inspect (default: {DEFAULT_PROMPT!r})")
     parser.add_argument("--model", metavar="FILE", default=None,
                         help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--run", metavar="DIR", default=None,
+                        help="a training run's folder: its model.safetensors, and its timeline.safetensors in a "
+                             "Training tab (the probe's attention at log-spaced steps, next to the loss curve)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=None, metavar="N",
@@ -47,15 +54,32 @@ def add_cli(name: str, parser) -> None:
     parser.set_defaults(func=_cli)
 
 
-def _load(path):
-    from ..checkpoint import bundled_model_path, load_model
+def _load(path, run=None):
+    """(model, tokenizer, meta, timeline or None) from --model FILE, --run DIR, or the bundled model."""
+    from pathlib import Path
 
+    from ..checkpoint import bundled_model_path, load_model
+    from ..timeline import load_timeline, timeline_path_for
+
+    if run is not None:
+        if path is not None:
+            raise ValueError("give --model FILE or --run DIR, not both (a run folder holds its model)")
+        folder = Path(run)
+        if not folder.is_dir():
+            raise ValueError(f"--run {run!r} is not a folder; expected a training run's folder (glassllm train --out)")
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            raise ValueError(f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint")
+        if not timeline_path_for(folder).is_file():
+            raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
     if path is None:
         path = bundled_model_path()
         if not path.exists():
             raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
                              "from this installation")
-    return load_model(path)
+    model, tokenizer, meta = load_model(path)
+    beside = timeline_path_for(Path(run) if run is not None else Path(path))
+    return model, tokenizer, meta, load_timeline(beside) if beside.is_file() else None
 
 
 def _cli(args) -> int:
@@ -86,9 +110,9 @@ def _cli(args) -> int:
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("prompt is empty: give at least one character")
-    model, tokenizer, meta = _load(args.model)
+    model, tokenizer, meta, timeline = _load(args.model, args.run)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
-    inspector = Inspector(model, tokenizer, limits, meta)
+    inspector = Inspector(model, tokenizer, limits, meta, timeline=timeline)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
@@ -114,7 +138,7 @@ def _serve(inspector, prompt: str, args) -> int:
     from .server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
-    app = create_app(inspector, loopback_only=loopback, prompt=prompt)
+    app = create_app(inspector, loopback_only=loopback, prompt=prompt, tab="training" if args.run else None)
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
     for i, port in enumerate(ports):

@@ -59,7 +59,7 @@ def encode_array(a: np.ndarray) -> dict:
     page shows exactly the numbers the tracer recorded.
     """
     a = np.asarray(a)
-    kinds = {"f": {4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
+    kinds = {"f": {2: "float16", 4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
     dtype = kinds.get(a.dtype.kind, {}).get(a.dtype.itemsize)
     if dtype is None:
         a, dtype = a.astype(np.float64), "float64"
@@ -89,11 +89,13 @@ class Inspector:
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
     :class:`~glassllm.tokenizer.Tokenizer`; ``limits``: what one request may cost
-    (the prompt is capped to fit the context). Thread-safe: one lock guards the model.
+    (the prompt is capped to fit the context); ``timeline``: the
+    :class:`~glassllm.timeline.Timeline` of the run that trained it, if there is one
+    (the page's Training tab). Thread-safe: one lock guards the model.
     """
 
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache_size: int = 4):
+                 cache_size: int = 4, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -107,6 +109,11 @@ class Inspector:
         self._steps: OrderedDict = OrderedDict()
         self._cache_size = cache_size
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
+        if timeline is not None and timeline.config != model.config:
+            raise ValueError(f"the timeline was recorded for another model shape ({timeline.config}) than this "
+                             f"model's ({model.config})")
+        self.timeline = timeline
+        self._timeline_answer = None
 
     # ------------------------------------------------------------------ names
     def local_names(self) -> list[str]:
@@ -159,6 +166,8 @@ class Inspector:
             "names": names,
             "vocab": self._vocab,
             "eot_id": _eot(self.tokenizer),
+            "timeline": None if self.timeline is None else {
+                "steps": len(self.timeline.steps), "last": self.timeline.steps[-1], "tokens": len(self.timeline.ids)},
             "limits": {"max_prompt_tokens": self.limits.max_prompt_tokens,
                        "max_new_tokens": self.limits.max_new_tokens, "max_cells": self.limits.max_cells},
         }
@@ -269,6 +278,27 @@ class Inspector:
                 "masked": encode_array(np.stack(masks).astype(np.uint8)),           # (L, r, r)
                 "target": run.target if req.grad else None,
                 "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None}
+
+    # ------------------------------------------------------------------ the training timeline
+    def timeline_view(self) -> dict:
+        """The run's probe history for the Training tab (see :mod:`glassllm.timeline`).
+
+        ``attn`` (S, L, H, n, n) and ``probs`` (S, V) travel as float16 (as the file stores them),
+        ``induction`` (S, L, H) as float32; ``rows``, ``history`` and ``steps`` as the file has them.
+        """
+        tl = self.timeline
+        if tl is None:
+            raise ValueError("this model has no training timeline (train with --timeline-points, or open "
+                             "a run folder with --run)")
+        if self._timeline_answer is None:
+            self._timeline_answer = {
+                "ids": tl.ids, "pieces": [self._vocab[i] for i in tl.ids], "period": tl.period,
+                "steps": tl.steps, "rows": tl.rows, "history": tl.history,
+                "attn": encode_array(tl.attn.astype(np.float16)),                 # (S, L, H, n, n)
+                "probs": encode_array(tl.probs.astype(np.float16)),               # (S, V)
+                "induction": encode_array(tl.induction.astype(np.float32)),       # (S, L, H)
+            }
+        return self._timeline_answer
 
     # ------------------------------------------------------------------ next token
     def next_token(self, req: NextRequest) -> dict:

@@ -16,6 +16,7 @@ What is embedded, for the prompt:
   scores of each layer divided by each of ``TEMPERATURES``: the logits after each,
   and the intervened layer's scores, mask and weights; under each head ablation,
   the head grid too;
+- the training timeline, when the model has one;
 - under each ablation of a head of layer 0, the scores and weights of every head
   of every later layer: how a later head's pattern depends on a layer-0 head
   (a previous-token head feeding an induction head, say).
@@ -36,7 +37,8 @@ from pydantic import ValidationError
 from ..checkpoint import atomic_write
 from .data import Inspector
 from .schema import (
-    HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error, request_key,
+    HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
+    request_key,
 )
 from .server import read_assets
 
@@ -81,6 +83,9 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     put("tokens", inspector.tokens, tokens)
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
     layers = range(inspector.config.n_layers)
+
+    if inspector.timeline is not None:                 # the Training tab: the run's probe history
+        out[request_key("timeline", TimelineRequest())] = inspector.timeline_view()
 
     # The prompt's pass: values and gradients, one view at a time and all heads at once.
     put("next", inspector.next_token, NextRequest(prompt=prompt))

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 __all__ = [
-    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest",
+    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
     "request_key", "describe_validation_error",
 ]
 
@@ -138,6 +138,10 @@ class HeadsRequest(PromptRequest):
     grad: StrictBool = False
     target: StrictInt | None = Field(default=None, ge=0)
     intervention: Intervention | None = None
+
+
+class TimelineRequest(_Request):
+    """The training timeline of the model (an empty object: there is one per inspector)."""
 
 
 class NextRequest(PromptRequest):

@@ -10,6 +10,7 @@ Routes, and nothing else::
     POST /api/snapshot  one slice of one snapshot (see schema.SnapshotRequest)
     POST /api/next      the next-token logits, survivors, before/after an intervention
     POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
+    POST /api/timeline  {} -> the training run's probe history (when the model has one)
 
 The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
@@ -40,7 +41,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .data import Inspector
-from .schema import HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+from .schema import (
+    HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
+)
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server"]
 
@@ -83,14 +86,15 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | None = None) -> FastAPI:
+def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | None = None,
+               tab: str | None = None) -> FastAPI:
     """The FastAPI app serving ``inspector``.
 
     ``loopback_only``: refuse requests whose Host header is not a loopback name.
-    ``prompt``: the prompt the page opens with.
+    ``prompt``: the prompt the page opens with; ``tab``: the tab it opens on (``"training"`` for a run).
     """
     assets = read_assets()
-    info_cache = {**inspector.info(), "prompt": prompt}
+    info_cache = {**inspector.info(), "prompt": prompt, "tab": tab}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
     app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False)
@@ -191,6 +195,10 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
     @app.post("/api/heads")
     def heads(req: HeadsRequest):
         return inspector.heads(req)
+
+    @app.post("/api/timeline")
+    def timeline(req: TimelineRequest):
+        return inspector.timeline_view()
 
     return app
 

@@ -83,7 +83,18 @@
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     if (enc.dtype === "float32") return new Float32Array(bytes.buffer);
     if (enc.dtype === "float64") return new Float64Array(bytes.buffer);
+    if (enc.dtype === "float16") return halves(new Uint16Array(bytes.buffer));
     return bytes;
+  }
+
+  // IEEE half-precision bits -> Float32Array (the training timeline stores its weights so).
+  function halves(u16) {
+    const out = new Float32Array(u16.length);
+    for (let i = 0; i < u16.length; i++) {
+      const h = u16[i], sign = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+      out[i] = e === 0 ? sign * f * 2 ** -24 : e === 31 ? (f ? NaN : sign * Infinity) : sign * (1 + f / 1024) * 2 ** (e - 15);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------------ small helpers
@@ -653,13 +664,16 @@
     } else $("rowsum-line").textContent = "";
 
     // 6. The row labels again, on a strip that stays in place when a wide grid scrolls sideways.
-    const strip = $("heatmap-rows");
-    strip.width = Math.round(x0 * dpr); strip.height = canvas.height;
-    strip.style.width = x0 + "px"; strip.style.height = cssH + "px";
-    canvas.style.marginLeft = -x0 + "px";
-    const sg = strip.getContext("2d");
-    sg.fillStyle = "#fffdf8"; sg.fillRect(0, 0, strip.width, strip.height);
-    sg.drawImage(canvas, 0, 0, strip.width, strip.height, 0, 0, strip.width, strip.height);
+    const strip = $("heatmap-rows"), wide = cssW > wrap.clientWidth;
+    strip.hidden = !wide;
+    canvas.style.marginLeft = wide ? -x0 + "px" : "0";
+    if (wide) {
+      strip.width = Math.round(x0 * dpr); strip.height = canvas.height;
+      strip.style.width = x0 + "px"; strip.style.height = cssH + "px";
+      const sg = strip.getContext("2d");
+      sg.fillStyle = "#fffdf8"; sg.fillRect(0, 0, strip.width, strip.height);
+      sg.drawImage(canvas, 0, 0, strip.width, strip.height, 0, 0, strip.width, strip.height);
+    }
 
     geom = {x0, y0, cw, ch, rows, cols};
     // A cell picked before is read again in this view; otherwise the line must not keep describing a cell
@@ -1043,7 +1057,7 @@
     glass.next = {logits: z, probs, sampled, survivors, temperature: state.temperature, topK: state.topK,
                   topP: state.topP, step: state.step};
     const bars = $("bars");
-    bars.replaceChildren(barColumns("candidate", "p, on a fixed 0 … 1 track", "p", "sampled"));
+    bars.replaceChildren(barColumns("candidate", "p (track 0 … 1)", "p", "sampled"));
     const top = ranked(probs, 12, z);
     const keep = new Set(survivors);
     for (const id of top) {
@@ -1301,7 +1315,7 @@
       (Number.isFinite(kl) ? `${fmt(kl)} nats.` : "∞ (the intervention gives 0 to a token that had mass).");
     sum.dataset.kl = String(kl); sum.dataset.maxdiff = String(maxd);
     const ids = [...new Set([...ranked(before, 6), ...ranked(after, 6)])];
-    box.append(barColumns("candidate", "before (grey) / after (orange), 0 … 1", "before", "after"));
+    box.append(barColumns("candidate", "before / after (0 … 1)", "before", "after"));
     for (const id of ids) {
       const li = el("li", {class: "bar", "data-id": String(id), "data-before": String(before[id]),
                            "data-after": String(after[id])});
@@ -1590,6 +1604,231 @@
     glass.compare = {before: before.data, after: after.data, diff, maxAbs: big, rows, cols, own};
   }
 
+  // ------------------------------------------------------------------ the training timeline
+  // The run's probe (a span written twice) at log-spaced steps: a step slider beside the loss curve and each
+  // head's induction score; the L x H patterns, the sample and the next-token guess at the chosen step.
+  let timeline = null;
+
+  async function showTraining() {
+    if (!info.timeline) return;
+    await busy(async () => {
+      const box = $("panel-training");
+      try {
+        if (!timeline) {
+          const r = await ask("timeline", {});
+          timeline = {...r, attn: decode(r.attn), probs: decode(r.probs), induction: decode(r.induction)};
+          buildTraining(box);
+        }
+        showStep(Number($("tl-slider").value));
+      } catch (e) {
+        box.replaceChildren(el("p", {class: "error"}, e.message));
+      }
+    });
+  }
+
+  function buildTraining(box) {
+    const t = timeline, S = t.steps.length, P = t.period;
+    const probe = t.pieces.slice(0, P).join("");
+    box.replaceChildren();
+    box.append(
+      el("p", {class: "muted small"}, `The run that trained this model looked at one probe prompt again and again: ` +
+        `${JSON.stringify(probe)} (${P} tokens) written twice, at ${S} steps from 0 (the random start) to ` +
+        `${nice(t.steps[S - 1])}, spaced evenly on a log scale. Move the slider to see what the model did with the ` +
+        "probe at that step."),
+      el("div", {class: "tl-charts"}),
+      el("div", {class: "row tl-slider-row"}),
+      el("p", {id: "tl-row", class: "mono small"}),
+      el("div", {class: "tl-body"}),
+    );
+    const charts = box.querySelector(".tl-charts");
+    for (const [id, label] of [["tl-loss", "loss (nats/token): training, and held-out (dots)"],
+                               ["tl-induction", "induction score of each head (one line per head)"]]) {
+      const fig = el("figure");
+      fig.append(el("figcaption", {class: "small muted"}, label), el("canvas", {id}));
+      charts.append(fig);
+    }
+    const row = box.querySelector(".tl-slider-row");
+    const slider = el("input", {id: "tl-slider", type: "range", min: "0", max: String(S - 1), step: "1",
+                                value: String(S - 1)});
+    slider.setAttribute("aria-label", "training step");
+    slider.addEventListener("input", () => showStep(Number(slider.value)));
+    row.append(el("label", {htmlFor: "tl-slider", class: "label"}, "step"), slider, el("b", {id: "tl-step", class: "mono"}));
+    const body = box.querySelector(".tl-body");
+    const left = el("div"), right = el("div", {class: "tl-side"});
+    left.append(el("p", {class: "small muted", id: "tl-grid-title"}), el("div", {id: "tl-grid", class: "head-grid"}));
+    right.append(el("p", {class: "small muted", id: "tl-head-title"}), el("canvas", {id: "tl-head"}),
+                 el("p", {id: "tl-best", class: "small"}), el("p", {class: "label"}, "next token after the probe"),
+                 el("ol", {id: "tl-next", class: "bars"}), el("p", {class: "label"}, "sample at this step"),
+                 el("p", {id: "tl-sample", class: "mono small tl-sample"}));
+    body.append(left, right);
+    const legend = el("div", {class: "legend"});
+    legend.append(el("canvas", {id: "tl-legend-bar", width: 240, height: 14}), el("span", {class: "mono small"}, "0"),
+                  el("span", {class: "mono small"}, "1"), el("span", {id: "tl-legend-note", class: "small muted"}, TL_SCALE.note),
+                  el("span", {class: "legend-item"}, ""));
+    legend.lastChild.append(el("i", {class: "swatch masked"}), "masked: forbidden key");
+    const howto = el("details", {class: "howto", open: true});
+    const scale = el("p", {id: "tl-howto-scale"}, "Colour: ");
+    scale.append(el("b", {}, TL_SCALE.note), ".");
+    howto.append(el("summary", {}, "How to read this"),
+      el("p", {}, `Induction score: a head that copies reads, from each token of the second copy, the token just ` +
+        `after that token's first occurrence (query i reads key i − ${P - 1}, outlined in the pattern on the right). ` +
+        "The score is that weight averaged over the second copy: about 1 / position for a head that spreads its " +
+        "weight evenly, near 1 for an induction head."),
+      el("p", {}, "Watch the loss curve and the scores together: an induction head tends to appear in a short span " +
+        "of steps, and the loss on text that repeats drops with it."),
+      scale);
+    box.append(legend, howto);
+    drawScaleBar($("tl-legend-bar"), TL_SCALE);
+    t.selected = bestHead(S - 1);
+  }
+
+  const TL_SCALE = {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1: white is 0, darkest blue is 1"};
+
+  // The head with the highest induction score at step index s: {layer, head, score}.
+  function bestHead(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads;
+    let best = {layer: 0, head: 0, score: -1};
+    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+      const v = t.induction[(s * L + l) * H + h];
+      if (v > best.score) best = {layer: l, head: h, score: v};
+    }
+    return best;
+  }
+
+  function showStep(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads, n = t.ids.length, P = t.period;
+    const row = t.rows[s];
+    $("tl-step").textContent = `${nice(t.steps[s])} (${s + 1} of ${t.steps.length})`;
+    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`, `lr ${fmt(row.lr)}`];
+    if (row.train_loss !== null && row.train_loss !== undefined) parts.push(`training loss ${row.train_loss.toFixed(3)}`);
+    parts.push(row.val_loss === null || row.val_loss === undefined ? "no held-out text"
+      : `held-out loss ${row.val_loss.toFixed(3)} nats/token (${row.val_bpb.toFixed(3)} bits/byte)`);
+    $("tl-row").textContent = parts.join(" · ");
+    const best = bestHead(s);
+    $("tl-best").textContent = `Highest induction score at this step: layer ${best.layer}, head ${best.head}, ` +
+      `${best.score.toFixed(3)}.`;
+    $("tl-best").dataset.score = String(best.score);
+    $("tl-sample").textContent = row.sample || "(no sample)";
+
+    // All heads at this step, one colour scale; a click picks the head shown large.
+    const grid = $("tl-grid");
+    const size = Math.max(40, Math.min(110, Math.floor((grid.clientWidth - 70) / H) - 8));
+    grid.style.gridTemplateColumns = `auto repeat(${H}, ${size + 6}px)`;
+    const mask = new Uint8Array(n * n);
+    for (let i = 0; i < n; i++) for (let j = i + 1; j < n; j++) mask[i * n + j] = 1;
+    const cells = [el("span")];
+    for (let h = 0; h < H; h++) cells.push(el("span", {class: "label"}, `head ${h}`));
+    const at = (l, h) => t.attn.subarray(((s * L + l) * H + h) * n * n, ((s * L + l) * H + h + 1) * n * n);
+    for (let l = 0; l < L; l++) {
+      cells.push(el("span", {class: "label"}, `layer ${l}`));
+      for (let h = 0; h < H; h++) {
+        const b = el("button", {type: "button", class: "thumb", "data-layer": String(l), "data-head": String(h)});
+        const score = t.induction[(s * L + l) * H + h];
+        b.title = `layer ${l}, head ${h}: induction score ${score.toFixed(3)}`;
+        b.classList.toggle("picked", l === t.selected.layer && h === t.selected.head);
+        const cv = el("canvas");
+        paint(cv, at(l, h), n, n, mask, TL_SCALE, size, size);
+        b.append(cv);
+        b.addEventListener("click", () => { t.selected = {layer: l, head: h}; showStep(Number($("tl-slider").value)); });
+        cells.push(b);
+      }
+    }
+    grid.replaceChildren(...cells);
+    $("tl-grid-title").textContent = `Every layer and head on the probe at step ${nice(row.step)}; click one to see it large.`;
+
+    // The chosen head, large, with the induction cells outlined.
+    const {layer, head} = t.selected;
+    const big = $("tl-head"), side = Math.max(160, Math.min(300, $("panel-training").clientWidth - 560));
+    paint(big, at(layer, head), n, n, mask, TL_SCALE, side, side);
+    const g = big.getContext("2d"), c = side / n;
+    g.strokeStyle = "#e8871e"; g.lineWidth = 1;
+    for (let i = P; i < n; i++) g.strokeRect((i - P + 1) * c + 0.5, i * c + 0.5, Math.max(1, c - 1), Math.max(1, c - 1));
+    $("tl-head-title").textContent = `layer ${layer}, head ${head} at step ${nice(row.step)} (induction score ` +
+      `${t.induction[(s * L + layer) * H + head].toFixed(3)}; orange: the cells it scores)`;
+
+    // The next-token guess after the probe.
+    const probs = t.probs.subarray(s * info.model.vocab_size, (s + 1) * info.model.vocab_size);
+    const list = $("tl-next");
+    list.replaceChildren(barColumns("candidate", "p (track 0 … 1)", "p", ""));
+    for (const id of ranked(probs, 5)) {
+      const li = el("li", {class: "bar", "data-id": String(id)});
+      const track = el("span", {class: "track"}), fill = el("span", {class: "fill"});
+      fill.style.width = (100 * probs[id]).toFixed(2) + "%";
+      track.append(fill);
+      li.append(el("span"), el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)), track,
+                el("span", {class: "p mono"}, fmt(probs[id])), el("span"));
+      list.append(li);
+    }
+    drawCurves(s);
+    glass.timeline = {index: s, step: row.step, selected: {...t.selected}, pattern: Array.from(at(layer, head)),
+                      best, scores: Array.from(t.induction)};
+  }
+
+  // Loss and induction scores against log(step + 1), with the chosen step marked on both.
+  function drawCurves(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads, S = t.steps.length;
+    const last = Math.max(1, t.steps[S - 1], ...t.history.map((r) => r.step));
+    const xOf = (step, W) => 34 + (W - 40) * Math.log1p(step) / Math.log1p(last);
+    const setup = (id) => {
+      const c = $(id), W = Math.max(220, Math.floor(($("panel-training").clientWidth - 30) / 2)), Hh = 140;
+      const dpr = window.devicePixelRatio || 1;
+      c.width = W * dpr; c.height = Hh * dpr; c.style.width = W + "px"; c.style.height = Hh + "px";
+      const g = c.getContext("2d");
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.fillStyle = "#fbfaf6"; g.fillRect(0, 0, W, Hh);
+      g.font = "11px system-ui, sans-serif"; g.fillStyle = "#2b2a27";
+      return {g, W, Hh};
+    };
+    const axes = (g, W, Hh, lo, hi, yOf) => {
+      g.textAlign = "right"; g.textBaseline = "middle";
+      for (const v of [lo, (lo + hi) / 2, hi]) g.fillText(v.toFixed(v < 10 ? 1 : 0), 30, yOf(v));
+      g.textAlign = "left"; g.textBaseline = "alphabetic";
+      g.fillText("step 0", 34, Hh - 2);
+      g.textAlign = "right"; g.fillText(`${nice(last)} (log scale)`, W - 4, Hh - 2);
+      const x = xOf(t.steps[s], W);
+      g.strokeStyle = "#e8871e"; g.lineWidth = 2; g.beginPath(); g.moveTo(x, 6); g.lineTo(x, Hh - 14); g.stroke();
+    };
+
+    // Loss curve.
+    {
+      const {g, W, Hh} = setup("tl-loss");
+      const pts = t.history.filter((r) => Number.isFinite(r.loss));
+      const vals = pts.map((r) => r.loss).concat(t.history.filter((r) => r.val_loss !== null && r.val_loss !== undefined)
+        .map((r) => r.val_loss));
+      const hi = vals.length ? Math.ceil(Math.max(...vals)) : 1, lo = vals.length ? Math.floor(Math.min(...vals)) : 0;
+      const yOf = (v) => 8 + (Hh - 24) * (hi - v) / ((hi - lo) || 1);
+      g.strokeStyle = "#2171b5"; g.lineWidth = 1.5; g.beginPath();
+      pts.forEach((r, i) => (i ? g.lineTo : g.moveTo).call(g, xOf(r.step, W), yOf(r.loss)));
+      g.stroke();
+      g.fillStyle = "#b2182b";
+      for (const r of t.history) if (r.val_loss !== null && r.val_loss !== undefined) {
+        g.beginPath(); g.arc(xOf(r.step, W), yOf(r.val_loss), 2.5, 0, 2 * Math.PI); g.fill();
+      }
+      g.fillStyle = "#2b2a27";
+      axes(g, W, Hh, lo, hi, yOf);
+    }
+    // Induction scores: one faint line per head, the best head of the last step in full colour.
+    {
+      const {g, W, Hh} = setup("tl-induction");
+      const yOf = (v) => 8 + (Hh - 24) * (1 - v);
+      const top = bestHead(S - 1);
+      for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+        const star = l === top.layer && h === top.head;
+        g.strokeStyle = star ? "#b2182b" : "rgba(33, 113, 181, 0.35)"; g.lineWidth = star ? 2 : 1;
+        g.beginPath();
+        for (let k = 0; k < S; k++) {
+          const x = xOf(t.steps[k], W), y = yOf(t.induction[(k * L + l) * H + h]);
+          if (k) g.lineTo(x, y); else g.moveTo(x, y);
+        }
+        g.stroke();
+      }
+      g.fillStyle = "#b2182b"; g.textAlign = "left";
+      g.fillText(`layer ${top.layer}, head ${top.head}`, 38, 16);
+      g.fillStyle = "#2b2a27";
+      axes(g, W, Hh, 0, 1, yOf);
+    }
+  }
+
   // ------------------------------------------------------------------ start
   async function start() {
     try {
@@ -1611,7 +1850,9 @@
     }
     state.layer = 0; state.name = "attn.softmax"; state.head = 0;
     syncControls();
+    if (info.timeline) $("tabs").querySelector("[data-tab=training]").hidden = false;
     await runPrompt();
+    if (info.tab && info.timeline && TABS.includes(info.tab)) await showTab(info.tab);
     glass.ready = true;
     document.body.dataset.ready = "1";
   }
