@@ -12,6 +12,9 @@
   // ------------------------------------------------------------------ data source
   const embeddedNode = document.getElementById("glass-data");
   const embedded = embeddedNode ? JSON.parse(embeddedNode.textContent) : null;
+  // The colour maps and the hatching of masked cells, defined once in Python (glassllm.trace.colors,
+  // which Trace.plot uses too); the server and the export put them in the page as <script id="glass-colors">.
+  const COLORS = JSON.parse(document.getElementById("glass-colors").textContent);
 
   // Canonical key of a request: fields that differ from their defaults, keys sorted, no spaces.
   function canon(x) {
@@ -158,7 +161,7 @@
   let current = null;                // the snapshot response being shown
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
-    state, requestKey, timings: [],
+    state, requestKey, timings: [], colors: COLORS,
     heatmap: null, next: null,
     // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
     async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
@@ -448,9 +451,9 @@
   }
 
   // Colour maps: sequential (white -> ink blue) for weights and probabilities, diverging
-  // (blue - white - red) for signed values and gradients.
-  const SEQ = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-  const DIV = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
+  // (blue - white - red) for signed values and gradients, and the masked cells' ground and hatching.
+  // Defined once in Python: COLORS, at the top.
+  const SEQ = COLORS.sequential, DIV = COLORS.diverging;
   function ramp(stops) {
     const lut = new Uint8ClampedArray(256 * 3);
     for (let i = 0; i < 256; i++) {
@@ -460,7 +463,8 @@
     return lut;
   }
   const LUT = {seq: ramp(SEQ), div: ramp(DIV)};
-  const MASKED_RGB = [214, 210, 200];
+  const MASKED_RGB = COLORS.masked;
+  const HATCH_CSS = `rgba(${COLORS.hatch.rgb.join(", ")}, ${COLORS.hatch.alpha})`;
 
   function scaleFor(r, data, mask) {
     const local = r.local;
@@ -504,8 +508,8 @@
     return off;
   }
 
-  // Diagonal hatching over the masked cells of a grid drawn at (x0, y0) with cells cw x ch, lines ``every`` px apart.
-  function hatch(g, mask, rows, cols, x0, y0, cw, ch, every) {
+  // Diagonal hatching over the masked cells of a grid drawn at (x0, y0) with cells cw x ch.
+  function hatch(g, mask, rows, cols, x0, y0, cw, ch) {
     const gridW = cols * cw, gridH = rows * ch;
     g.save();
     g.beginPath();
@@ -519,9 +523,9 @@
       }
     }
     g.clip();
-    g.strokeStyle = "rgba(120, 112, 96, 0.55)"; g.lineWidth = 1;
+    g.strokeStyle = HATCH_CSS; g.lineWidth = 1;
     g.beginPath();
-    for (let d = -gridH; d < gridW; d += every) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
+    for (let d = -gridH; d < gridW; d += COLORS.hatch.spacing) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
     g.stroke();
     g.restore();
   }
@@ -535,7 +539,7 @@
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.imageSmoothingEnabled = cols > cssW;               // shrinking a wide matrix: average, do not drop columns
     g.drawImage(cellsImage(data, mask, rows, cols, sc), 0, 0, cssW, cssH);
-    if (mask && mask.some((v) => v)) hatch(g, mask, rows, cols, 0, 0, cssW / cols, cssH / rows, 5);
+    if (mask && mask.some((v) => v)) hatch(g, mask, rows, cols, 0, 0, cssW / cols, cssH / rows);
   }
 
   function draw() {
@@ -580,7 +584,7 @@
     g.drawImage(cellsImage(data, mask, rows, cols, sc), x0, y0, gridW, gridH);
 
     // 2. Masked cells: hatched, so that "forbidden" never looks like "small".
-    if (mask && cw >= 3 && ch >= 3) hatch(g, mask, rows, cols, x0, y0, cw, ch, 6);
+    if (mask && cw >= 3 && ch >= 3) hatch(g, mask, rows, cols, x0, y0, cw, ch);
     // Cell borders when cells are large enough to read one by one.
     if (cw >= 14 && ch >= 14) {
       g.strokeStyle = "rgba(255,255,255,0.7)"; g.lineWidth = 1;
@@ -705,13 +709,7 @@
   }
 
   function drawLegend(sc, r, mask) {
-    const c = $("legend-bar"), g = c.getContext("2d");
-    const lut = LUT[sc.kind];
-    for (let x = 0; x < c.width; x++) {
-      const k = Math.round((x / (c.width - 1)) * 255) * 3;
-      g.fillStyle = `rgb(${lut[k]},${lut[k + 1]},${lut[k + 2]})`;
-      g.fillRect(x, 0, 1, c.height);
-    }
+    drawScaleBar($("legend-bar"), sc);
     $("legend-lo").textContent = fmt(sc.lo);
     $("legend-hi").textContent = fmt(sc.hi);
     $("legend-note").textContent = sc.note;
