@@ -529,6 +529,108 @@ class SPTokenizer(TextTokenizer):
         }
 
     @classmethod
+    def from_hf_tokenizer_json(cls, doc: dict, where: str = "tokenizer.json") -> "SPTokenizer":
+        """Read a Hugging Face ``tokenizer.json`` of a SentencePiece BPE (as ``transformers`` converts one).
+
+        Ids stay as they are. Merge priority comes from the order of ``model.merges``:
+        a piece's score is minus the rank of its first merge. That is SentencePiece's
+        rule only if the merges are every pair of pieces whose concatenation is a piece,
+        each piece's merges side by side, which is checked; anything else is refused
+        in one line naming the field.
+        """
+        def bad(key, value, expected):
+            return ValueError(f"{where}: {key}={value!r:.80} is not supported; expected {expected}")
+
+        model = doc.get("model") if isinstance(doc, dict) else None
+        if not isinstance(model, dict) or model.get("type") != "BPE":
+            raise bad("model.type", model.get("type") if isinstance(model, dict) else None, "'BPE'")
+        for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+            if model.get(key) not in (None, ""):
+                raise bad(f"model.{key}", model[key], "null")
+        if model.get("ignore_merges", False):
+            raise bad("model.ignore_merges", True, "false")
+        byte_fallback = bool(model.get("byte_fallback", False))
+        # The dummy prefix: a Metaspace pre-tokenizer, or the older Prepend + Replace normaliser.
+        pre, norm = doc.get("pre_tokenizer"), doc.get("normalizer")
+        if isinstance(pre, dict) and pre.get("type") == "Metaspace" and norm is None:
+            if pre.get("replacement", SPACE) != SPACE or pre.get("split", False):
+                raise bad("pre_tokenizer.Metaspace", pre, f"replacement {SPACE!r} and split=false")
+            scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+            if scheme not in ("first", "always", "never"):
+                raise bad("pre_tokenizer.prepend_scheme", scheme, "'first', 'always' or 'never'")
+            prefix = scheme != "never"
+        elif pre is None and isinstance(norm, dict) and norm.get("type") == "Sequence":
+            steps = [(n.get("type"), n.get("prepend"), n.get("content"), (n.get("pattern") or {}).get("String"))
+                     for n in norm.get("normalizers", []) if isinstance(n, dict)]
+            if steps not in ([("Prepend", SPACE, None, None), ("Replace", None, SPACE, " ")],
+                             [("Replace", None, SPACE, " ")]):
+                raise bad("normalizer", [s[0] for s in steps], f"Prepend {SPACE!r} then Replace ' ' -> {SPACE!r}")
+            prefix = steps[0][0] == "Prepend"
+        else:
+            raise bad("pre_tokenizer", (pre or {}).get("type") if isinstance(pre, dict) else pre,
+                      "a Metaspace pre-tokenizer, or a Prepend/Replace normalizer (SentencePiece)")
+        # <s> before the text: the post-processor's template.
+        post = doc.get("post_processor")
+        add_bos = False
+        if post is not None:
+            single = post.get("single") if isinstance(post, dict) and post.get("type") == "TemplateProcessing" else None
+            if not isinstance(single, list):
+                raise bad("post_processor", (post or {}).get("type"), "null or a TemplateProcessing")
+            names = [next(iter(x.values())).get("id") if "SpecialToken" in x else "$A" for x in single]
+            if names not in (["$A"], ["<s>", "$A"]):
+                raise bad("post_processor.single", names, "['<s>', '$A'] or ['$A'] (nothing after the text)")
+            add_bos = names[0] == "<s>"
+
+        vocab = model.get("vocab")
+        if not isinstance(vocab, dict) or not vocab:
+            raise bad("model.vocab", type(vocab).__name__, "an object piece -> id")
+        V = len(vocab)
+        if sorted(vocab.values()) != list(range(V)):
+            raise ValueError(f"{where}: model.vocab ids are not 0..{V - 1} without gaps or repeats")
+        piece_of = {i: p for p, i in vocab.items()}
+        specials = {}
+        for t in doc.get("added_tokens") or []:
+            if not isinstance(t, dict) or t.get("id") not in piece_of or piece_of[t["id"]] != t.get("content"):
+                raise bad("added_tokens", t, "tokens that are pieces of model.vocab, at their ids")
+            if t["content"] not in ("<unk>", "<s>", "</s>") or not t.get("special", False):
+                raise bad("added_tokens", t.get("content"), "only <unk>, <s> and </s>, as special tokens")
+            specials[t["content"]] = "unknown" if t["content"] == "<unk>" else "control"
+        unk = model.get("unk_token")
+        if unk not in (None, "<unk>"):
+            raise bad("model.unk_token", unk, "'<unk>' or null")
+        # Scores from merge ranks, checking that the merges are SentencePiece's.
+        first_rank: dict[str, int] = {}
+        listed = set()
+        last = None
+        for k, m in enumerate(model.get("merges") or []):
+            parts = m.split(" ") if isinstance(m, str) else m
+            if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str) for p in parts)):
+                raise bad(f"model.merges[{k}]", m, "two pieces")
+            a, b = parts
+            if a not in vocab or b not in vocab or a + b not in vocab:
+                raise bad(f"model.merges[{k}]", m, "two pieces of model.vocab whose concatenation is one")
+            if a + b != last and a + b in first_rank:
+                raise bad(f"model.merges[{k}]", m, "the merges of one piece side by side (SentencePiece's order)")
+            first_rank.setdefault(a + b, k)
+            listed.add((a, b))
+            last = a + b
+        pieces = []
+        for i in range(V):
+            p = piece_of[i]
+            kind = specials.get(p) or ("byte" if byte_fallback and _BYTE_PIECE.fullmatch(p) else "normal")
+            pieces.append((p, -float(first_rank.get(p, V + i)) if kind == "normal" else 0.0, kind))
+        normal = {p for p, _, t in pieces if t == "normal"}
+        for p in normal:
+            for k in range(1, len(p)):
+                if p[:k] in vocab and p[k:] in vocab and (p[:k], p[k:]) not in listed:
+                    raise bad("model.merges", f"{p[:k]} {p[k:]}", f"every pair that makes a piece to be a merge "
+                              f"(SentencePiece merges any two pieces that make {p!r})")
+        try:
+            return cls(pieces, add_bos=add_bos, add_dummy_prefix=prefix, byte_fallback=byte_fallback)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    @classmethod
     def from_sentencepiece_model(cls, data: bytes, where: str = "tokenizer.model",
                                  add_bos: bool = True) -> "SPTokenizer":
         """Read a SentencePiece ``.model`` file (a protobuf ``ModelProto``) without the library.
