@@ -31,6 +31,7 @@ COMMANDS = {
     "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
     "import": ("glassllm.importer", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
     "import-hf": ("glassllm.importer", "import a Hugging Face Llama folder as a model file (as import)"),
+    "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
 }
 
 
