@@ -103,7 +103,7 @@ def test_hf_folder_with_only_tokenizer_model(llama, tmp_path):
     assert from_model.encode(text) == from_json.encode(text)
 
 
-@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0"])
 def test_gguf(llama, tmp_path, qtype):
     root, sp_model, hf_model = llama
     path = write_gguf(root / "hf", sp_model, tmp_path / f"m-{qtype}.gguf", qtype)
