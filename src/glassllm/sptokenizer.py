@@ -118,6 +118,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .tokenizer import _CONTROL_ESCAPES
 from .tokenizing import TextTokenizer
 
 __all__ = ["SPTokenizer", "SPACE", "TYPES", "KIND", "load_sentencepiece_model"]
@@ -373,12 +374,13 @@ class SPTokenizer(TextTokenizer):
         return b"".join(self.token_bytes(i, ids[k - 1] if k else None) for k, i in enumerate(ids))
 
     def piece(self, token_id: int) -> str:
-        """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``)."""
+        """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``), control
+        characters shown as escapes (``\\n``) so that they neither move the cursor nor vanish."""
         (i,) = self._check_ids([token_id])
-        return self._pieces[i]
+        return self._pieces[i].translate(_CONTROL_ESCAPES)
 
     def pieces(self, ids) -> list[str]:
-        return [self._pieces[i] for i in self._check_ids(ids)]
+        return [self._pieces[i].translate(_CONTROL_ESCAPES) for i in self._check_ids(ids)]
 
     # -- properties ------------------------------------------------------------------
 
