@@ -133,11 +133,18 @@ def test_a_model_file_keeps_the_tokenizer(trio, tmp_path):
     assert isinstance(tok, SPTokenizer) and tok.to_json() == ours.to_json()
 
 
-def test_encode_corpus_reads_stories_the_llama2c_way(trio):
+def test_encode_corpus_reads_stories_the_llama2c_way(trio, tmp_path, monkeypatch):
+    import glassllm.tokenizer
+
     ours = trio[0]
-    ids = ours.encode_corpus(" once upon\n<|endoftext|>\nthe cat\n")
+    text = " once upon a time there was a cat\n<|endoftext|>\nthe cat sat on the mat and looked\n"
+    ids = ours.encode_corpus(text)
     assert ids.dtype == np.uint16
-    assert ids.tolist() == [1, *ours.encode("once upon"), 1, *ours.encode("the cat")]
+    assert ids.tolist() == [1, *ours.encode("once upon a time there was a cat"),
+                            1, *ours.encode("the cat sat on the mat and looked")]
+    (tmp_path / "v.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(glassllm.tokenizer, "_BLOCK_CHARS", 8)           # stories run across blocks
+    assert ours.encode_corpus(tmp_path / "v.txt").tolist() == ids.tolist()
 
 
 def test_other_sentencepiece_models_are_refused(tmp_path):
