@@ -241,3 +241,15 @@ def test_the_docs_show_each_solution_word_for_word_folded_away():
     for name in EXERCISES:
         assert shown[name] == inspect.getsource(getattr(solutions, name)).rstrip("\n"), name
         assert f"glassllm check {name} --stub" in page
+
+
+def test_the_sample_message_on_the_exercises_page_is_the_checkers():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "exercises" / "index.md").read_text(encoding="utf-8")
+
+    def naive(x):
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+    message = check("softmax", naive).message
+    assert f"```text\n{message}\n```" in page, message
