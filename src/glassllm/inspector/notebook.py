@@ -211,9 +211,11 @@ class _RecordedRun:
 
 
 class _NoTokenizer:
-    """Stands in for a tokenizer the trace was shown without: no end-of-text id."""
+    """Stands in for a tokenizer the trace was shown without: ids only, no end-of-text id."""
 
     eot_id = None
+    end_ids = ()
+    kind = "ids"
 
 
 class _Shape:
