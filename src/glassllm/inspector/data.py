@@ -93,6 +93,9 @@ class Inspector:
     of the run that trained it, if there is one (the page's Training tab). Thread-safe: one lock guards the model.
     """
 
+    timeline = None                 # the run's Timeline, if the model has one
+    _timeline_answer = None         # its answer, made once
+
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
                  cache_size: int = 4, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
