@@ -32,6 +32,9 @@ COMMANDS = {
     "import-hf": ("glassllm.hf", "import a Hugging Face Llama checkpoint as a model file"),
 }
 
+# Commands that run the model step after step: freed activations stay mapped for reuse (glassllm.heap).
+KEEP_FREED_MEMORY = ("train", "eval", "generate", "inspect")
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: the problem and where to look, not the whole usage block."""
@@ -73,6 +76,9 @@ def main(argv=None) -> int:
         return 2
     import numpy as np
 
+    if args.command in KEEP_FREED_MEMORY:
+        from .heap import keep_freed_memory
+        keep_freed_memory()
     try:
         # NumPy's overflow warnings would only add noise: a NaN or an infinity that matters is
         # caught where it arises and reported as one line (generate, eval, train check for them).
