@@ -315,3 +315,40 @@ def test_whole_model_with_kernels_off_gives_the_same_loss_and_gradients(n, cache
     assert fast_loss == pytest.approx(spec_loss, rel=1e-12)
     for name in spec:
         assert_close(fast[name], spec[name], np.float64, name)
+
+
+# ----------------------------------------------------------------------------
+# nn.py is the spec: no path switches in the layers
+# ----------------------------------------------------------------------------
+
+def _source(fn):
+    import inspect
+    return inspect.getsource(fn)
+
+
+def test_the_layers_have_no_path_switches():
+    from glassllm import nn
+
+    for cls in (nn.Attention, nn.RMSNorm, nn.FeedForward, nn.Block, nn.Transformer):
+        src = _source(cls.__call__)
+        for word in ("FLASH", "tracing", "_tracer", "flash", "fast"):
+            assert word not in src, f"{cls.__name__}.__call__ mentions {word!r}"
+        if cls is nn.Transformer:
+            assert src.count("kernels.") == 1, "the model asks the dispatcher once per forward, and only there"
+        else:
+            assert "kernel" not in src, f"{cls.__name__}.__call__ mentions a kernel"
+
+
+def test_attention_follows_the_spec_in_its_order():
+    """The seed's walkthrough: X -> Q/K/V -> RoPE -> cache -> GQA expansion -> QK^T/sqrt(d) -> causal mask
+    -> softmax -> mix V -> W_O, each step once, in this order."""
+    from glassllm import nn
+
+    src = _source(nn.Attention.__call__)
+    steps = ["self.wq(x)", "self.wk(x)", "self.wv(x)", "ag.rope(q", "ag.rope(k", "cache.append(",
+             "ag.repeat_interleave(k", "ag.matmul(q, k.transpose(0, 1, 3, 2)) / math.sqrt(D)",
+             "causal_mask(n, m, start)", "ag.masked_fill(scores", "ag.softmax(scores", "ag.matmul(weights, v)",
+             "self.wo(heads)"]
+    where = [src.find(step) for step in steps]
+    assert -1 not in where, f"missing step: {steps[where.index(-1)]}"
+    assert where == sorted(where), f"steps out of the spec's order: {[s for _, s in sorted(zip(where, steps))]}"

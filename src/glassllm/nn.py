@@ -666,7 +666,7 @@ class Transformer(Module):
             cos, sin = self.rotary.tables(positions)                        # (B, n, D/2)
             cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
 
-        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache):    # fast paths for this forward
+        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache):    # which layers run a kernel
             x = self.snap("embed", self.tok_embeddings(tokens))             # (B, n, C)
             for block in self.layers:
                 x = block(x, (cos, sin), cache, start, pad)                 # (B, n, C)
