@@ -352,3 +352,12 @@ def test_attention_follows_the_spec_in_its_order():
     where = [src.find(step) for step in steps]
     assert -1 not in where, f"missing step: {steps[where.index(-1)]}"
     assert where == sorted(where), f"steps out of the spec's order: {[s for _, s in sorted(zip(where, steps))]}"
+
+
+def test_doctests():
+    import doctest
+
+    from glassllm.kernels import dense, dispatch
+
+    for module in (dispatch, dense):
+        assert doctest.testmod(module).failed == 0, module.__name__
