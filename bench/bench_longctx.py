@@ -423,7 +423,7 @@ def main(argv=None) -> int:
             for name, s in report["tune_median_s"].items():
                 print(f"  {name:40s} {s * 1e3:8.1f} ms")
 
-    # The targets: a 4,096-token forward (the model's, PyTorch's with SDPA the reference)
+    # The targets: a 4,096-token forward (the model's, PyTorch's with SDPA the reference)
     # adds no more memory, and the attention takes at most twice SDPA's time.
     att = report["attention_forward"]
     met = {"forward_memory": report["model_forward"]["memory_ratio_vs_torch"] <= TARGETS["forward_memory_vs_sdpa"],

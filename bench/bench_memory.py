@@ -14,7 +14,7 @@ Reported per implementation (medians over ``--runs`` fresh processes, run in
 alternation): the process's peak resident set (``VmHWM``) over the whole run,
 its resident set once everything is built (``VmRSS`` before the first step,
 mostly the imported libraries), and what the steps add on top of that. The
-issue's target compares the peaks: glassllm's must not exceed PyTorch's.
+target compares the peaks: glassllm's must not exceed PyTorch's.
 
 Run from the repository root::
 

@@ -17,7 +17,7 @@ Each is warmed up once, then timed ``--repeats`` times in interleaved rounds
 (the order rotates each round, so drifting load hits all alike). Medians of
 wall time are printed with their ratio to the untraced run of the same
 library, beside medians of process CPU time (less sensitive to a busy
-machine when each run uses one thread), and written to JSON. Issue targets: full <= 1.5x untraced, one name <= 1.1x.
+machine when each run uses one thread), and written to JSON. Targets: full <= 1.5x untraced, one name <= 1.1x.
 
 "Tracing off costs nothing": with no tracer, each snapshot point is one
 attribute test. The script counts those calls per forward, times one, and

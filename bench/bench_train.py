@@ -11,8 +11,8 @@ backward, clipping to global norm 1.0, AdamW (decay 0.1 on matrices only) --
 - with ``--hand`` (1 thread only): ``numpy_hand``, the same step hand-written
   in NumPy with no autograd (:mod:`numpy_step`, plain dense causal attention,
   the masked half included), and ``numpy_hand_tiled``, the same with glassllm's
-  tiled attention kernel in place of the dense one. The first is our version
-  of the program issue #10 cites; glassllm over the second is what the
+  tiled attention kernel in place of the dense one. The first is what a
+  straightforward hand-written step does; glassllm over the second is what the
   autograd engine and the modules cost.
 
 Every step draws a fresh batch from one seeded :class:`~glassllm.data.WindowSampler`

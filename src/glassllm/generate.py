@@ -81,7 +81,7 @@ class Token:
     """One generated token.
 
     ``id``        the token id.
-    ``piece``     its readable text (:meth:`Tokenizer.piece`; ``""`` without a tokenizer).
+    ``piece``     its readable text (the tokenizer's ``piece``; ``""`` without a tokenizer).
     ``text``      what it adds to the decoded text: a token that ends inside a
                   multi-byte character adds ``""`` and the next one adds the
                   whole character; ``""`` for ``<|endoftext|>``. A row's last
