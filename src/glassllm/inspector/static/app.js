@@ -550,7 +550,8 @@
     if (!geom || geom.rows !== rows || geom.cols !== cols) cursor = null;
     const canvas = $("heatmap");
     const wrap = $("heatmap-wrap");
-    const W = Math.max(320, wrap.clientWidth - 2);
+    const wrapW = wrap.clientWidth;                            // read once: reading it after a resize forces a layout
+    const W = Math.max(320, wrapW - 2);
     const tokenCols = r.col_kind === "token";
     const isSoftmax = r.local === "attn.softmax" && !r.grad;
     const rowLabelW = 112, rightW = isSoftmax ? 78 : 12;
@@ -668,7 +669,7 @@
     } else $("rowsum-line").textContent = "";
 
     // 6. The row labels again, on a strip that stays in place when a wide grid scrolls sideways.
-    const strip = $("heatmap-rows"), wide = cssW > wrap.clientWidth;
+    const strip = $("heatmap-rows"), wide = cssW > wrapW;
     strip.hidden = !wide;
     canvas.style.marginLeft = wide ? -x0 + "px" : "0";
     if (wide) {
