@@ -54,9 +54,12 @@ def child(name: str, batch: int, seq: int, steps: int) -> dict:
     rng = np.random.default_rng(0)
     if name == "glassllm":
         from glassllm.config import ModelConfig
+        from glassllm.heap import keep_freed_memory
         from glassllm.nn import Transformer
         from glassllm.optim import AdamW
         from glassllm.train import TrainConfig, train_step
+
+        keep_freed_memory()                    # as glassllm train does
 
         tc = TrainConfig(batch_size=batch, seq_len=seq)
         config = ModelConfig()

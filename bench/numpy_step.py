@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from glassllm.autograd import Tensor
-from glassllm.flash import self_attention
+from glassllm.kernels import self_attention
 
 
 class NumpyStep:
