@@ -202,3 +202,12 @@ def test_generate_streams_the_text_and_stops_at_either_end_id(trio):
         forced.load_state_dict(state)
         (only,) = list(generate(forced, ours, prompt, max_new_tokens=5, temperature=0))
         assert (only.id, only.finish, only.text) == (end, "eot", "")
+
+
+def test_tokenize_command_reads_a_sentencepiece_tokenizer_file(trio, tmp_path, capsys):
+    from glassllm import cli
+
+    trio[0].save(tmp_path / "sp.json")
+    assert cli.main(["tokenize", "--tokenizer", str(tmp_path / "sp.json"), "the cat 😀"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("'")[1] for line in out[:-1]] == trio[0].pieces(trio[0].encode("the cat 😀"))
