@@ -28,7 +28,7 @@ import re
 
 from pydantic import ValidationError
 
-from ..checkpoint import atomic_write
+from ..files import atomic_write
 from .data import Inspector
 from .schema import (
     Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error, request_key,

@@ -17,7 +17,9 @@ import os
 import sys
 import threading
 
-__all__ = ["add_cli", "DEFAULT_PROMPT", "DEFAULT_PORT"]
+from . import load_model_option
+
+__all__ = ["add_cli", "run", "DEFAULT_PROMPT", "DEFAULT_PORT"]
 
 DEFAULT_PROMPT = "Once upon a time there was a little dog"
 DEFAULT_PORT = 8765
@@ -44,29 +46,18 @@ def add_cli(name: str, parser) -> None:
                         help="most decoding steps a request may ask for (default: 64)")
     parser.add_argument("--max-cells", type=int, default=1 << 19, metavar="N",
                         help=f"most values in one snapshot response (default: {1 << 19:,})")
-    parser.set_defaults(func=_cli)
+    parser.set_defaults(func=run)
 
 
-def _load(path):
-    from ..checkpoint import bundled_model_path, load_model
-
-    if path is None:
-        path = bundled_model_path()
-        if not path.exists():
-            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
-                             "from this installation")
-    return load_model(path)
-
-
-def _cli(args) -> int:
+def run(args) -> int:
     try:
         import fastapi  # noqa: F401
         import pydantic  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
-    from .data import Inspector
-    from .schema import Limits
+    from ..inspector.data import Inspector
+    from ..inspector.schema import Limits
 
     for flag in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
         if getattr(args, flag) < 1:
@@ -86,14 +77,14 @@ def _cli(args) -> int:
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("prompt is empty: give at least one character")
-    model, tokenizer, meta = _load(args.model)
+    model, tokenizer, meta = load_model_option(args.model)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
     inspector = Inspector(model, tokenizer, limits, meta)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
-        from ..checkpoint import read_head, refuse_to_replace
-        from .export import export_html
+        from ..files import read_head, refuse_to_replace
+        from ..inspector.export import export_html
 
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
@@ -109,7 +100,7 @@ def _cli(args) -> int:
 
 
 def _serve(inspector, prompt: str, args) -> int:
-    from .server import PortInUse, Server, create_app, is_loopback
+    from ..inspector.server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
     app = create_app(inspector, loopback_only=loopback, prompt=prompt)
