@@ -32,6 +32,7 @@ COMMANDS = {
     "tokenize": ("glassllm.commands.tokenize", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
     "import-hf": ("glassllm.commands.import_hf", "import a Hugging Face Llama checkpoint as a model file"),
+    "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 
 
