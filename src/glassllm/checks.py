@@ -14,6 +14,11 @@ the library says ``top_k must be in [1, 1024] (the vocabulary) or None, got 0``
 ('top_k must be in [1, 1024] or None, got 0', 'top_k', '--top-k must be in [1, 1024], got 0')
 >>> str(ParameterError("dim", "must be >= 1, got 0", owner="ModelConfig"))
 'ModelConfig.dim must be >= 1, got 0'
+>>> e = ParameterError("short_seq_len", "must be below {seq_len} (256), got 300", refs=("seq_len",))
+>>> str(e), e.as_option("--short-seq-len", lambda name: "--" + name.replace("_", "-"))
+('short_seq_len must be below seq_len (256), got 300', '--short-seq-len must be below --seq-len (256), got 300')
+>>> str(ParameterError("lr", "=1e+308 is too large"))
+'lr=1e+308 is too large'
 
 This module imports nothing from glassllm.
 """
@@ -30,25 +35,34 @@ class ParameterError(ValueError):
 
     ``param``   the parameter's name as the function or config spells it (``"top_k"``).
     ``problem`` what is wrong with the value and what was expected, worded for any caller
-                (``"must be >= 1, got 0"``); the message is ``"{param} {problem}"``.
+                (``"must be >= 1, got 0"``); the message is ``"{param} {problem}"`` (no space
+                when the problem starts with ``=``: ``"lr=1e+308 is too large"``).
     ``owner``   the class whose field it is, if any (``"TrainConfig"``): the message then
                 starts ``"TrainConfig.seq_len"``.
     ``api_problem``  the wording for Python callers when it differs, because the function also
                 accepts what a command-line option cannot give (``"... or None, got 0"``).
+    ``refs``    other parameters the problem names, as ``{name}`` fields of ``problem``: each
+                is shown as its name, or as a command line's option by :meth:`as_option`.
     """
 
-    def __init__(self, param: str, problem: str, *, owner: str = "", api_problem: str | None = None):
+    def __init__(self, param: str, problem: str, *, owner: str = "", api_problem: str | None = None,
+                 refs: tuple[str, ...] = ()):
         self.param = param
         self.problem = problem
         self.owner = owner
-        super().__init__(f"{owner + '.' if owner else ''}{param} {api_problem or problem}")
+        self.refs = tuple(refs)
+        super().__init__(_join(f"{owner + '.' if owner else ''}{param}", self._named(api_problem or problem, str)))
 
     def __reduce__(self):                       # picklable, like any exception
-        return _rebuild, (type(self), self.param, self.problem, self.owner, self.args[0])
+        return _rebuild, (type(self), self.param, self.problem, self.owner, self.refs, self.args[0])
 
-    def as_option(self, option: str) -> str:
-        """The message, with the parameter called ``option`` (a command line's ``--top-k``)."""
-        return f"{option} {self.problem}"
+    def as_option(self, option: str, option_of=None) -> str:
+        """The message, with the parameter called ``option`` (a command line's ``--top-k``), and
+        each parameter in ``refs`` called ``option_of(name)`` (default: its own name)."""
+        return _join(option, self._named(self.problem, option_of or str))
+
+    def _named(self, text: str, name_of) -> str:
+        return text.format_map({r: name_of(r) for r in self.refs}) if self.refs else text
 
 
 class ParameterTypeError(ParameterError, TypeError):
@@ -56,8 +70,12 @@ class ParameterTypeError(ParameterError, TypeError):
     so callers that catch ``ValueError`` for every bad parameter catch this too."""
 
 
-def _rebuild(cls, param, problem, owner, message):
-    e = cls(param, problem, owner=owner)
+def _join(name: str, problem: str) -> str:
+    return f"{name}{'' if problem.startswith('=') else ' '}{problem}"
+
+
+def _rebuild(cls, param, problem, owner, refs, message):
+    e = cls(param, problem, owner=owner, refs=refs)
     e.args = (message,)
     return e
 

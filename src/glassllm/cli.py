@@ -87,8 +87,10 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         return 0
     except ParameterError as e:                  # named by the option that set it, when one did
-        option = option_for(_subparser(parser, args.command), e.param)
-        print(f"glassllm {args.command}: error: {_one_line(e.as_option(option) if option else e)}", file=sys.stderr)
+        sub = _subparser(parser, args.command)
+        option = option_for(sub, e.param)
+        text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
+        print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, OSError, OverflowError) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)

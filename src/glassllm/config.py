@@ -112,15 +112,15 @@ class ModelConfig(JsonConfig):
                 shown = f"an int of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
                 raise ParameterError(name, f"must be a finite number > 0, got {shown:.60}", owner="ModelConfig")
         if self.dim % self.n_heads:
-            raise ParameterError("dim", f"must be divisible by n_heads={self.n_heads}, got {self.dim}", owner="ModelConfig")
+            raise ParameterError("dim", f"={self.dim} is not divisible by n_heads={self.n_heads}", owner="ModelConfig")
         if self.n_heads % self.n_kv_heads:
-            raise ParameterError("n_heads", f"must be divisible by n_kv_heads={self.n_kv_heads}, got {self.n_heads}",
+            raise ParameterError("n_heads", f"={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}",
                                  owner="ModelConfig")
         if self.head_dim % 2:
             raise ValueError(f"head size dim/n_heads={self.head_dim} must be even for RoPE pairs")
         if self.vocab_size > 65536:
-            raise ParameterError("vocab_size", f"must be at most 65536 (token ids are stored as uint16), "
-                                 f"got {self.vocab_size}", owner="ModelConfig")
+            raise ParameterError("vocab_size", f"={self.vocab_size} exceeds 65536 (token ids are stored as uint16)",
+                                 owner="ModelConfig")
 
     @property
     def head_dim(self) -> int:
