@@ -31,7 +31,8 @@ COMMANDS = {
     "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
     "tokenize": ("glassllm.commands.tokenize", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
-    "import-hf": ("glassllm.commands.import_hf", "import a Hugging Face Llama checkpoint as a model file"),
+    "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
+    "import-hf": ("glassllm.commands.import_model", "import a Hugging Face Llama folder as a model file (as import)"),
     "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 

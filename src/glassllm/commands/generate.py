@@ -33,7 +33,7 @@ def add_cli(name: str, parser) -> None:
 
 def run(args) -> int:
     model, tokenizer, _ = load_model_option(args.model)
-    n_prompt = len(tokenizer.encode(args.prompt, allowed_special="all"))
+    n_prompt = len(tokenizer.encode_prompt(args.prompt))                 # what the model reads for it
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:                                           # the default fits the context
         max_new_tokens = max(1, min(200, model.config.max_seq_len - n_prompt))

@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import checkpoint
 from ..files import read_head, refuse_to_replace, starts_like_safetensors
 from ..tokenizer import FORMAT, Tokenizer
+from ..tokenizing import TextTokenizer, tokenizer_from_json
 
 __all__ = ["add_cli", "run", "tokenizer_from_file"]
 
@@ -56,7 +57,7 @@ def run(args) -> int:
     return 0
 
 
-def tokenizer_from_file(path) -> Tokenizer:
+def tokenizer_from_file(path) -> TextTokenizer:
     """A tokenizer file, or the tokenizer inside a model file (None: the bundled model's)."""
     if path is None:
         path = checkpoint.bundled_model_path()
@@ -72,6 +73,6 @@ def tokenizer_from_file(path) -> Tokenizer:
         return Tokenizer.load(path)
     _, meta = checkpoint.read_header(path)
     try:
-        return Tokenizer.from_json(meta.get("tokenizer", ""))
+        return tokenizer_from_json(meta.get("tokenizer", ""))
     except ValueError as e:
         raise ValueError(f"{str(path)!r}: bad tokenizer: {e}") from None

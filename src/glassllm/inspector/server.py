@@ -45,6 +45,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
 from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
@@ -69,9 +70,19 @@ UNAUTHORIZED_PAGE = """<!doctype html>
 
 
 def read_assets() -> dict[str, str]:
-    """The page's three files, read from the installed package."""
+    """The page's three files, read from the installed package.
+
+    index.html gets the colour maps and hatching of :mod:`glassllm.trace.colors`
+    as ``<script id="glass-colors" type="application/json">``, which app.js reads:
+    the page, ``Trace.plot`` and the notebooks draw from the same definitions.
+    """
     folder = resources.files("glassllm.inspector") / "static"
-    return {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+    assets = {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+    tag = '<script src="app.js"></script>'
+    assert assets["index.html"].count(tag) == 1, "index.html lost its script tag"
+    palette = f'<script id="glass-colors" type="application/json">{colors.page_json()}</script>\n'
+    assets["index.html"] = assets["index.html"].replace(tag, palette + tag)
+    return assets
 
 
 def _error(status: int, message: str) -> JSONResponse:
