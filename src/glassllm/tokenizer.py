@@ -112,7 +112,8 @@ import numpy as np
 from .files import atomic_write
 from .texttokenizer import TextTokenizer
 
-__all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair", "documents", "folder_texts"]
+__all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair", "documents", "folder_texts", "text_files",
+           "is_path", "read_blocks", "CONTROL_ESCAPES"]
 
 FORMAT = "glassllm-tokenizer"
 VERSION = 1
@@ -258,7 +259,7 @@ _BLOCK_CHARS = 1 << 20  # characters read from a file at a time
 _MAX_CARRY = 1 << 26  # give up looking for a clean cut past this many characters
 
 
-def _is_path(item: str) -> bool:
+def is_path(item: str) -> bool:
     """Whether a str names a file or folder rather than being text itself.
 
     It must be one line and end in ``.txt``, or be an existing file, or hold
@@ -279,7 +280,7 @@ def folder_texts(folder: Path) -> list[Path]:
                   if f.is_file() and not any(part.startswith(".") for part in f.relative_to(folder).parts))
 
 
-def _files(path) -> list[Path]:
+def text_files(path) -> list[Path]:
     """The files a path stands for: itself, or :func:`folder_texts` of a folder."""
     p = Path(path)
     if p.is_file():
@@ -305,7 +306,7 @@ def _safe_cut(text: str, specials: tuple[str, ...]) -> int:
     return 0
 
 
-def _read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
+def read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
     """Yield a file's text in blocks cut where :func:`_safe_cut` allows.
 
     The file is read as UTF-8; bytes that are not UTF-8 come through as lone
@@ -334,16 +335,16 @@ def documents(source, specials: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     """Yield ``(text, from_file)`` pieces from a str, a path, or an iterable of them.
 
     Each piece is pre-tokenised on its own. Items are text, or paths: any
-    ``os.PathLike``, or a ``str`` that :func:`_is_path` accepts.
+    ``os.PathLike``, or a ``str`` that :func:`is_path` accepts.
     """
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     elif isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
         raise TypeError(f"expected text, a path, or an iterable of them, got {type(source).__name__}")
     for item in source:
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and _is_path(item)):
-            for file in _files(item):
-                for block in _read_blocks(file, specials):
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and is_path(item)):
+            for file in text_files(item):
+                for block in read_blocks(file, specials):
                     yield block, True
         elif isinstance(item, str):
             yield item, False
@@ -369,13 +370,13 @@ def _check_text(text: str) -> None:
 # ----------------------------------------------------------------------------
 
 # Control characters would move the cursor or vanish: show them as escapes.
-_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-_CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 
 def _readable(data: bytes) -> str:
     """Display text for some bytes: UTF-8 where it is, ``\\xNN`` for the rest."""
-    return data.decode("utf-8", "backslashreplace").translate(_CONTROL_ESCAPES)
+    return data.decode("utf-8", "backslashreplace").translate(CONTROL_ESCAPES)
 
 
 # ----------------------------------------------------------------------------
