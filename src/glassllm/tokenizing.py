@@ -43,7 +43,7 @@ from .sptokenizer import SPTokenizer
 from .texttokenizer import KINDS, TextTokenizer
 from .tokenizer import Tokenizer
 
-__all__ = ["TextTokenizer", "tokenizer_from_json", "KINDS"]
+__all__ = ["TextTokenizer", "tokenizer_from_json", "load_tokenizer", "KINDS"]
 
 def tokenizer_from_json(text) -> TextTokenizer:
     """The tokenizer a document describes, by its ``kind`` (none: byte-level); ``ValueError`` if bad."""
@@ -60,3 +60,19 @@ def tokenizer_from_json(text) -> TextTokenizer:
     if kind == "sentencepiece-bpe":
         return SPTokenizer.from_json(text)
     raise ValueError(f"tokenizer kind {kind!r} is not supported, expected one of {list(KINDS)}")
+
+
+def load_tokenizer(path) -> TextTokenizer:
+    """A tokenizer file of either kind; every problem is one ``ValueError`` naming the file."""
+    from pathlib import Path
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
+    try:
+        return tokenizer_from_json(data)
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r}: {e}") from None

@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import checkpoint
 from ..files import read_head, refuse_to_replace, starts_like_safetensors
 from ..tokenizer import FORMAT, Tokenizer
-from ..tokenizing import TextTokenizer, tokenizer_from_json
+from ..tokenizing import TextTokenizer, load_tokenizer, tokenizer_from_json
 
 __all__ = ["add_cli", "run", "tokenizer_from_file"]
 
@@ -70,7 +70,7 @@ def tokenizer_from_file(path) -> TextTokenizer:
         raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
     # Anything but a model file is read as a tokenizer file, which names its own problems.
     if not starts_like_safetensors(head):
-        return Tokenizer.load(path)
+        return load_tokenizer(path)
     _, meta = checkpoint.read_header(path)
     try:
         return tokenizer_from_json(meta.get("tokenizer", ""))
