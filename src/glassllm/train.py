@@ -227,8 +227,8 @@ RECIPES = {
     "bundled": TrainConfig(steps=12000, repeat_fraction=0.15, short_repeat_fraction=0.5, repeat_tokens="random",
                            short_steps=1000, short_seq_len=32, eval_every=500),
     # A classroom run: a few minutes on a laptop, already story-shaped text.
-    "class": TrainConfig(steps=400, batch_size=16, seq_len=128, lr=4e-3, eval_every=100, checkpoint_every=100,
-                         timeline_points=24),
+    "class": TrainConfig(steps=800, batch_size=16, seq_len=128, lr=4e-3, eval_every=200, checkpoint_every=100,
+                         timeline_points=24, workers=2),
 }
 
 

@@ -45,9 +45,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..checkpoint import atomic_write, save_model
+from ..checkpoint import save_model
 from ..config import ModelConfig
 from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids
+from ..files import atomic_write
 from ..nn import Transformer as GlassTransformer
 from ..optim import lr_lambda
 from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig, _given, add_config_options
