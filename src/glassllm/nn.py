@@ -317,7 +317,8 @@ class Attention(Module):
     ``rope_q`` (H, n, D); ``rope_k`` (G, n, D); ``cache_k``, ``cache_v``
     (G, m, D), the keys and values the queries read (cached + new);
     ``scores`` (H, n, m); ``mask`` (n, m), True = forbidden; ``softmax``
-    (H, n, m); ``mix`` (H, n, D); ``out`` (n, C).
+    (H, n, m); ``mix`` (H, n, D); ``head_out`` (H, n, C), each head's share of
+    ``out`` (recorded only when asked for); ``out`` (n, C).
     """
 
     SNAPSHOTS = {
@@ -325,7 +326,7 @@ class Attention(Module):
         "rope_q": ("H", "n", "D"), "rope_k": ("G", "n", "D"),
         "cache_k": ("G", "m", "D"), "cache_v": ("G", "m", "D"),
         "scores": ("H", "n", "m"), "mask": ("n", "m"), "softmax": ("H", "n", "m"),
-        "mix": ("H", "n", "D"), "out": ("n", "C"),
+        "mix": ("H", "n", "D"), "head_out": ("H", "n", "C"), "out": ("n", "C"),
     }
     INNER = tuple(name for name in SNAPSHOTS if name != "out")  # what the packed path cannot show
 
@@ -411,6 +412,12 @@ class Attention(Module):
         mix = self.snap("mix", mix)
 
         # 9. Concatenate the heads and project back to the model width.
+        if self.tracing("head_out"):
+            # Asked for: each head's share, its slice of mix through its slice of W_O,
+            # and the output as the sum of the shares (so an edit of one share flows on).
+            wo = self.wo.weight.reshape(-1, H, D).transpose(1, 2, 0)     # (H, D, C)
+            head_out = self.snap("head_out", ag.matmul(mix, wo))         # (B, H, n, C)
+            return self.snap("out", ag.sum(head_out, axis=1))            # (B, n, C)
         heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)           # (B, n, H*D)
         assert keys.shape[2] == m
         return self.snap("out", self.wo(heads))                          # (B, n, C)

@@ -102,8 +102,7 @@ def _resolve(pattern, axes: dict, layer=None) -> list[str]:
         return [pattern]
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
+        layer = _layer(layer, n_layers)
         if not pattern.startswith("layers."):
             pattern = f"layers.{layer}.{pattern}"
         elif not pattern.startswith(f"layers.{layer}."):
@@ -152,12 +151,25 @@ def _storage_dtype(dtype):
 
 
 def _index(value, what: str, size: int | None = None) -> int:
+    """``value`` as an index in [0, size); with ``size``, negative values count from the end, as in Python."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {value!r}")
+    if size is not None and -size <= value < 0:
+        return int(value) + size
     if value < 0 or (size is not None and value >= size):
-        where = f"0..{size - 1}" if size else "an int >= 0"
+        where = f"0..{size - 1} (or -{size}..-1 from the end)" if size else "an int >= 0"
         raise ValueError(f"{what}={value} is out of range: expected {where}")
     return int(value)
+
+
+def _layer(layer, n_layers: int) -> int:
+    """A layer number in [0, n_layers); -1 is the last layer, as in Python."""
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+        raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
+    if not -n_layers <= layer < n_layers:
+        raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1} "
+                         f"(or -{n_layers}..-1 from the end)")
+    return int(layer) % n_layers
 
 
 
@@ -183,6 +195,8 @@ DESCRIPTIONS = {
     "attn.mask": "True where key j is in query i's future (forbidden)",
     "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
     "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
+    "attn.head_out": "each head's share of the output: its slice of `mix` @ its slice of `wo.T`; "
+                     "they sum to `out` (computed only when traced)",
     "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
     "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
     "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
