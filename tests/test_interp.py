@@ -291,3 +291,25 @@ def test_sweep_inputs_are_checked(model):
         patching.layer_position(model, ids(4), ids(4))
     with pytest.raises(ValueError, match="has no head axis"):
         patching.heads(model, ids(4, 1), ids(4, 2), name="resid_pre", metric=patching.logit_diff(1, 2))
+
+
+# ----------------------------------------------------------------------------
+# The name map
+# ----------------------------------------------------------------------------
+
+def test_the_name_map_covers_every_snapshot_and_is_the_documented_table():
+    from pathlib import Path
+
+    from glassllm.trace import registry
+    from glassllm.trace.names import name_map_table, transformer_lens_name
+    from glassllm.trace.registry import NAME_MAP_BEGIN
+
+    hooks = {name: transformer_lens_name(name) for name in registry(TINY)}
+    assert hooks["layers.1.attn.head_out"] == "blocks.1.attn.hook_result" and hooks["embed"] == "hook_embed"
+    assert sorted(k.split(".", 2)[-1] for k, v in hooks.items() if v is None and k.startswith("layers.0.")) == \
+        ["attn.cache_k", "attn.cache_v", "attn.mask", "mlp.act"]
+    for bad in ["layers.0.embed", "attn.softmax", "layers.x.attn.q", "nope"]:
+        with pytest.raises(ValueError, match="no snapshot is named"):
+            transformer_lens_name(bad)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "snapshots.md").read_text(encoding="utf-8")
+    assert page.split(NAME_MAP_BEGIN, 1)[1].split("<!-- END GENERATED -->", 1)[0] == "\n" + name_map_table()

@@ -240,14 +240,28 @@ def _tuple(items) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
+NAME_MAP_BEGIN = "<!-- BEGIN GENERATED NAME MAP: python -m glassllm.trace docs/snapshots.md -->"
+
+
 def write_snapshot_doc(path) -> None:
-    """Replace the generated block of ``path`` (between the markers) by :func:`snapshot_table`."""
+    """Replace the generated blocks of ``path`` (between the markers): :func:`snapshot_table`, and
+    :func:`glassllm.trace.names.name_map_table` when the page has its markers."""
     from ..checkpoint import atomic_write
+    from .names import name_map_table
 
     text = Path(path).read_text(encoding="utf-8")
     if DOC_BEGIN not in text or DOC_END not in text:
         raise ValueError(f"{str(path)!r} lacks the markers {DOC_BEGIN!r} ... {DOC_END!r}")
-    head, rest = text.split(DOC_BEGIN, 1)
+    text = _replace_block(text, DOC_BEGIN, snapshot_table())
+    if NAME_MAP_BEGIN in text:
+        text = _replace_block(text, NAME_MAP_BEGIN, name_map_table())
+    atomic_write(path, text)
+
+
+def _replace_block(text: str, begin: str, table: str) -> str:
+    head, rest = text.split(begin, 1)
+    if DOC_END not in rest:
+        raise ValueError(f"the block {begin!r} has no end marker {DOC_END!r}")
     _, tail = rest.split(DOC_END, 1)
-    atomic_write(path, f"{head}{DOC_BEGIN}\n{snapshot_table()}{DOC_END}{tail}")
+    return f"{head}{begin}\n{table}{DOC_END}{tail}"
 
