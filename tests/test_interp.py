@@ -313,3 +313,49 @@ def test_the_name_map_covers_every_snapshot_and_is_the_documented_table():
             transformer_lens_name(bad)
     page = (Path(__file__).resolve().parents[1] / "docs" / "snapshots.md").read_text(encoding="utf-8")
     assert page.split(NAME_MAP_BEGIN, 1)[1].split("<!-- END GENERATED -->", 1)[0] == "\n" + name_map_table()
+
+
+# ----------------------------------------------------------------------------
+# Circuits: the matrices rebuild the forward's own numbers
+# ----------------------------------------------------------------------------
+
+def test_ov_and_qk_rebuild_head_out_and_the_scores(model):
+    from glassllm.trace import circuits
+
+    t = trace(model, ids(9, 13), names=["attn_norm.out", "attn.softmax", "attn.scores", "attn.head_out"])
+    for layer in (0, -1):
+        x = t.get("attn_norm.out", layer=layer)                        # (n, C)
+        for h in range(H):
+            want = t.get("attn.softmax", layer=layer, head=h) @ x @ circuits.ov(model, layer, h)
+            np.testing.assert_allclose(t.get("attn.head_out", layer=layer, head=h), want, rtol=0, atol=1e-10)
+            scores = t.get("attn.scores", layer=layer, head=h)
+            for i, j in [(0, 0), (5, 2), (8, 0), (8, 7)]:
+                got = x[i] @ circuits.qk(model, layer, h, offset=i - j) @ x[j]
+                assert got == pytest.approx(scores[i, j], rel=1e-10, abs=1e-12)
+    with pytest.raises(ValueError, match="offset must be an int in 0..23"):
+        circuits.qk(model, 0, 0, offset=-1)
+
+
+def test_copying_score_is_plus_one_for_a_copying_head_and_minus_one_for_its_negative(model):
+    from glassllm.nn import Transformer
+    from glassllm.trace import circuits
+
+    # Make head 0 of layer 0 copy: with U = E, norm gains 1 and W_V = W_O.T = P, the first D right
+    # singular vectors of E, the full circuit is E P.T P E.T, positive semi-definite: every
+    # eigenvalue >= 0, score 1. With W_O negated, every eigenvalue <= 0: score -1.
+    m = Transformer(TINY, seed=0, dtype=np.float64)
+    state = {k: v.copy() for k, v in model.state_dict().items()}
+    E = state["tok_embeddings.weight"]
+    state["output.weight"] = E.copy()
+    state["norm.weight"] = np.ones(C)
+    state["layers.0.attention_norm.weight"] = np.ones(C)
+    _, _, vt = np.linalg.svd(E, full_matrices=False)
+    state["layers.0.attention.wv.weight"][:D] = vt[:D]                 # kv head 0
+    state["layers.0.attention.wo.weight"][:, :D] = vt[:D].T             # query head 0
+    m.load_state_dict(state)
+    assert circuits.copying_score(m, 0, 0) == pytest.approx(1.0, abs=1e-9)
+    state["layers.0.attention.wo.weight"][:, :D] = -vt[:D].T
+    m.load_state_dict(state)
+    assert circuits.copying_score(m, 0, 0) == pytest.approx(-1.0, abs=1e-9)
+    scores = circuits.copying_scores(model)
+    assert scores.shape == (L, H) and np.all(np.abs(np.asarray(scores)) <= 1 + 1e-12)

@@ -61,7 +61,7 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 from .files import FORMAT, VERSION, load_trace, validate_manifest
 from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
                             ZeroAblate)
-from . import patching
+from . import circuits, names, patching
 from .labelled import Labelled
 from .lens import component_labels, decompose, logit_attrs, logit_lens
 from .record import Step, Trace
@@ -75,5 +75,5 @@ __all__ = [
     "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
-    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "patching",
+    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "patching", "circuits", "names",
 ]
