@@ -591,6 +591,12 @@ class Tokenizer:
 
         Special tokens become their ids only if ``allowed_special`` allows them
         (``"all"``, or a set of names); otherwise their text is ordinary text.
+
+        Note the default, ``"none"``: text typed as ``<|endoftext|>`` stays
+        ordinary text here. Prompts given to :func:`glassllm.generate.generate`,
+        the CLI and the inspector are encoded with ``allowed_special="all"``
+        (the special id), as :func:`glassllm.trace.to_str_tokens` does; pass
+        ``allowed_special="all"`` to get their ids.
         """
         if not isinstance(text, str):
             raise TypeError(f"encode expects a str, got {type(text).__name__}"
