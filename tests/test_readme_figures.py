@@ -1,69 +1,60 @@
-"""The README's performance figures are the committed benchmark run's, not numbers typed by hand.
+"""The performance figures in README.md and docs/performance.md are the committed run's, not typed by hand.
 
 ``bench/run`` writes ``bench/results.md`` (the table) and ``bench/results.json``
-(the same rows, unrounded). The README pastes the table, adds the run as the
-newest column of its run-to-run table and quotes a few training figures in its
-text; all three are checked here against those files. (The prose about earlier
-runs quotes figures that are no longer in the repository and is not checked.)
+(the same rows, unrounded), and each benchmark's JSON in ``bench/results/``.
+docs/performance.md pastes the whole table and quotes a few training figures
+in its text; README.md pastes selected rows. All of it is checked here against
+those files, and the product documents are checked to speak about the product:
+no issue numbers, no dated runs, no commits.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PERFORMANCE = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
 RESULTS = json.loads((ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
+RESULTS_MD = (ROOT / "bench" / "results.md").read_text(encoding="utf-8")
 
 
-def test_the_performance_table_is_the_committed_run():
-    table = (ROOT / "bench" / "results.md").read_text(encoding="utf-8").strip()
-    assert table in README, "README's Performance table differs from bench/results.md: paste it again"
+def _table(text: str) -> str:
+    """The lines of the first Markdown table in ``text``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| group | metric |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
 
 
-def _row(metric, reference_name):
-    (row,) = [r for r in RESULTS["rows"] if r["metric"] == metric and r["reference_name"] == reference_name]
-    return row
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
 
 
-def test_the_newest_run_to_run_column_is_the_committed_run():
-    lines = [line.strip() for line in README.splitlines() if line.strip().startswith("| figure |")]
-    assert len(lines) == 1, "expected one run-to-run table"
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header[-1] == "target"
-    newest = header[-2]
-    assert newest == datetime.fromisoformat(RESULTS["date"]).strftime("%H:%M")
+def test_the_performance_page_has_the_committed_table():
+    table = _table(RESULTS_MD)
+    assert len(table.splitlines()) == 2 + len(RESULTS["rows"])
+    assert table in PERFORMANCE, "docs/performance.md's table differs from bench/results.md: paste it again"
 
-    start = README.index(lines[0])
-    body = README[start:].split("\n\n", 1)[0].splitlines()[2:]
-    column = {}
-    for line in body:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        column[cells[0]] = cells[-2]
 
-    ratio = lambda metric, ref: f"{_row(metric, ref)['ratio']:.2f}x"  # noqa: E731
-    want = {
-        "training, 1 thread, / torch_sdpa": ratio("tokens/s, width 128, 1 thread", "torch_sdpa"),
-        "training, 2 threads (workers), / torch_sdpa": ratio("tokens/s, width 128, 2 threads (workers)", "torch_sdpa"),
-        "training, width 256, / torch_sdpa": ratio("tokens/s, width 256, 1 thread", "torch_sdpa"),
-        "training, width 512, / torch_sdpa": ratio("tokens/s, width 512, 1 thread", "torch_sdpa"),
-        "decoding, tokens/s": f"{_row('tokens/s, 16 + 256 tokens, batch 1', 'PyTorch KV-cache loop')['glassllm']:,.0f}",
-        "decoding / PyTorch": ratio("tokens/s, 16 + 256 tokens, batch 1", "PyTorch KV-cache loop"),
-        "attention forward at 4,096 / torch SDPA": ratio("attention forward, 4096 tokens (ms)", "torch SDPA"),
-        "full trace / untraced": ratio("full trace / untraced forward (CPU ms)", "untraced forward"),
-        "one traced name (attn.softmax) / untraced":
-            ratio("one name (layers.2.attn.softmax) / untraced forward (CPU ms)", "untraced forward"),
-    }
-    assert column == want
+def test_every_row_of_the_readme_table_is_a_row_of_the_committed_run():
+    committed = set(_table(RESULTS_MD).splitlines())
+    rows = _table(_section(README, "Performance")).splitlines()
+    assert len(rows) >= 2 + 5, "README's Performance section shows no headline table"
+    missing = [row for row in rows if row not in committed]
+    assert not missing, f"README rows not in bench/results.md (paste them again): {missing}"
+    assert "bench/run" in _section(README, "Performance")
 
 
 def test_the_training_figures_quoted_in_the_text_are_the_committed_runs():
     """The sentences about the hand-written step and the two workers quote the run's train.json."""
     train = json.loads((ROOT / "bench" / "results" / "train.json").read_text(encoding="utf-8"))
     one, two = (next(r["tokens_per_s"] for r in train["results"] if r["threads"] == k) for k in (1, 2))
-    text = " ".join(README.split())                                     # the README's line breaks removed
+    text = " ".join(PERFORMANCE.split())                               # the page's line breaks removed
     n = lambda x: f"{x:,.0f}"  # noqa: E731
     for quoted in (
         f"made {n(one['numpy_hand'])} and {n(one['numpy_hand_tiled'])} tokens/s, against glassllm's "
@@ -75,3 +66,35 @@ def test_the_training_figures_quoted_in_the_text_are_the_committed_runs():
         f"alone at {two['glassllm_blas'] / one['glassllm']:.2f}x",
     ):
         assert quoted in text, quoted
+
+
+def _product_documents() -> list[Path]:
+    docs = ROOT / "docs"
+    return [ROOT / "README.md", *sorted(p for p in docs.rglob("*.md") if "_hooks" not in p.parts)]
+
+
+# What a document about the product has no reason to contain: the project's issue tracker, dated runs,
+# commit ids. (Dates of runs belong in the generated result files, bench/results*.)
+NOT_ABOUT_THE_PRODUCT = [
+    (re.compile(r"\bissues?\b|(?<![\w/.])#\d+\b(?!-)", re.IGNORECASE), "an issue"),   # not a link's #5-rmsnorm
+    (re.compile(r"\b20\d\d-\d\d-\d\d"), "a date"),
+    (re.compile(r"\bcommit [0-9a-f]{7,40}\b"), "a commit"),
+]
+
+
+def test_the_documents_speak_about_the_product():
+    found = []
+    for path in _product_documents():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for pattern, what in NOT_ABOUT_THE_PRODUCT:
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {what}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_pattern_catches_what_it_is_for():
+    samples = ["As issue #10 says", "the run of 2026-11-30", "before commit 996f832"]
+    for sample, (pattern, _) in zip(samples, NOT_ABOUT_THE_PRODUCT):
+        assert pattern.search(sample)
+    assert NOT_ABOUT_THE_PRODUCT[0][0].search("see #12 for the plan")
+    assert not NOT_ABOUT_THE_PRODUCT[0][0].search("[exercise 5](../exercises/index.md#5-rmsnorm)")

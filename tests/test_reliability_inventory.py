@@ -71,6 +71,8 @@ KINDS = (
     "disk full (simulated)",
     "malformed request",
     "request over a limit",
+    "no or wrong access token",
+    "cross-site request or foreign host",
 )
 ENTRIES = ("api", "cli", "server")
 
@@ -104,6 +106,7 @@ class Case:
     disk_full: bool = False
     after: Callable | None = None
     numeric: bool = False      # cli: stdout holds numbers, which must not be NaN
+    token: bool = False        # server: the app requires INVENTORY_TOKEN (headers carry it, or not)
 
     def __post_init__(self):
         assert self.entry in ENTRIES, self.entry
@@ -139,23 +142,28 @@ class Env:
     tok: Any
     tok_other: Any
     readonly: bool                      # is "ro" a folder the OS refuses to write into?
-    _server: Any = None
+    _servers: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
-    def client(self):
-        """A TestClient on the inspector app (loopback Host, small limits)."""
-        if self._server is None:
+    def client(self, token: bool = False):
+        """A TestClient on the inspector app (loopback Host, small limits); with ``token``, the app
+        requires ``INVENTORY_TOKEN``."""
+        if token not in self._servers:
             from fastapi.testclient import TestClient
 
             from glassllm.inspector import Inspector, Limits, create_app
+            from glassllm.inspector.auth import Access, own_hosts
 
             inspector = Inspector(self.model, self.tok, Limits(max_prompt_tokens=32, max_new_tokens=4,
                                                               max_cells=1024))
-            self._server = TestClient(create_app(inspector, prompt="once upon a time"),
-                                      base_url="http://127.0.0.1", raise_server_exceptions=False)
-        return self._server
+            access = Access(INVENTORY_TOKEN if token else None, own_hosts("127.0.0.1"))
+            self._servers[token] = TestClient(create_app(inspector, prompt="once upon a time", access=access),
+                                              base_url="http://127.0.0.1", raise_server_exceptions=False,
+                                              follow_redirects=False)
+        return self._servers[token]
 
 
+INVENTORY_TOKEN = "inventory-token-0123456789"
 CONFIG = dict(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 _ENV: Env | None = None
 
@@ -522,7 +530,7 @@ def judge_cli(case: Case, code: int, stdout: str, stderr: str) -> Outcome:
 
 def _run_server(case: Case, env: Env) -> Outcome:
     method, path, body = case.run
-    client = env.client()
+    client = env.client(case.token)
     headers = dict(case.headers)
     with _in(env, case):
         if isinstance(body, tuple) and body[0] == "chunked":               # no Content-Length

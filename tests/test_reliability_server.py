@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_reliability_inventory import Case, get_env, run_case
+from test_reliability_inventory import INVENTORY_TOKEN, Case, get_env, run_case
 
 LONG = "once upon a time " * 40
 S = "server"
@@ -176,8 +176,6 @@ SERVER_CASES += [
         ("/api/tokens/",), status=404),
     srv("malformed request", "POST /api/next, chunked body (no Content-Length)",
         req("/api/next", ("chunked", [b'{"prompt": ', b'"hi"}'])), ("Content-Length",)),
-    srv("malformed request", "POST /api/next with Host: evil.example", nxt(),
-        ("'evil.example'", "127.0.0.1"), headers=(("host", "evil.example"),)),
     srv("malformed request", "GET /api/nope", req("/api/nope", None, "GET"), ("/api/nope",), status=404),
     srv("malformed request", "GET /../../etc/passwd", req("/../../etc/passwd", None, "GET"), ("no such page",),
         status=404),
@@ -188,7 +186,7 @@ SERVER_CASES += [
     srv("request over a limit", "POST /api/tokens {prompt of 20,001 characters}",
         req("/api/tokens", {"prompt": "a" * 20001}), ("prompt", "20000")),
     srv("request over a limit", "POST /api/tokens with a 300 KB body",
-        req("/api/tokens", {"prompt": "a", "pad": "x" * 300_000}), ("300", "too large", "262144")),
+        req("/api/tokens", {"prompt": "a", "pad": "x" * 300_000}), ("300", "too large", "262144"), status=413),
     srv("request over a limit", 'POST /api/snapshot {"name": "logits"} (5 x 300 values)',
         snap(name="logits", layer=None, head=None), ("1500", "at most 1024")),
     srv("request over a limit", 'POST /api/next {"step": 5} (4 steps allowed)', nxt(step=5),
@@ -196,6 +194,30 @@ SERVER_CASES += [
     srv("request over a limit", 'POST /api/snapshot {"step": 9}', snap(step=9), ("step 9", "4 generation steps")),
     srv("request over a limit", 'POST /api/snapshot {"grad": true, "step": 1}', snap(grad=True, step=1),
         ("step 0", "got step 1")),
+]
+
+BEARER = ("authorization", f"Bearer {INVENTORY_TOKEN}")
+SERVER_CASES += [
+    srv("no or wrong access token", "GET /api/info without the token", req("/api/info", None, "GET"),
+        ("access token",), status=401, token=True),
+    srv("no or wrong access token", "POST /api/next with a wrong token in Authorization", nxt(),
+        ("access token",), status=401, token=True, headers=(("authorization", "Bearer not-the-token"),)),
+    srv("no or wrong access token", "POST /api/snapshot with the token itself as the cookie", snap(),
+        ("access token",), status=401, token=True,
+        headers=(("cookie", f"glassllm-abc={INVENTORY_TOKEN}"),)),
+    srv("no or wrong access token", "GET /api/info?token=<wrong>", req("/api/info?token=wrong-token", None, "GET"),
+        ("access token",), status=401, token=True),
+    srv("no or wrong access token", "GET /api/info with the token (Authorization: Bearer)",
+        req("/api/info", None, "GET"), ok=True, note="the model's shape and names", token=True, headers=(BEARER,)),
+    srv("cross-site request or foreign host", "POST /api/next with Host: evil.example", nxt(),
+        ("'evil.example'", "not this server's name"), headers=(("host", "evil.example"),), status=403),
+    srv("cross-site request or foreign host", "POST /api/next with the token and Origin: http://evil.example", nxt(),
+        ("cross-site",), status=403, token=True, headers=(BEARER, ("origin", "http://evil.example"))),
+    srv("cross-site request or foreign host", "GET /api/info with the token and Sec-Fetch-Site: cross-site",
+        req("/api/info", None, "GET"), ("cross-site",), status=403, token=True,
+        headers=(BEARER, ("sec-fetch-site", "cross-site"))),
+    srv("cross-site request or foreign host", "POST /api/tokens with Origin: null (a sandboxed page)",
+        req("/api/tokens", {"prompt": "hi"}), ("cross-site",), status=403, headers=(("origin", "null"),)),
 ]
 
 
@@ -426,10 +448,13 @@ class _FakeServer:
         pass
 
 
-@pytest.mark.parametrize("host, warned", [("0.0.0.0", True), ("::", True), ("192.168.1.20", True),
+@pytest.mark.parametrize("host, remote", [("0.0.0.0", True), ("::", True), ("192.168.1.20", True),
                                            ("example.com", True), ("127.0.0.1", False), ("::1", False),
                                            ("localhost", False), ("127.0.0.2", False)])
-def test_a_non_loopback_address_prints_a_warning(env, monkeypatch, capsys, host, warned):
+def test_a_non_loopback_address_needs_a_token(env, monkeypatch, capsys, host, remote):
+    """Off loopback, the server makes a token and prints it in the URL; on loopback it is open as before."""
+    from fastapi.testclient import TestClient
+
     from glassllm.cli import main
     from glassllm.inspector import server
 
@@ -437,17 +462,42 @@ def test_a_non_loopback_address_prints_a_warning(env, monkeypatch, capsys, host,
     monkeypatch.setattr(server, "Server", _FakeServer)
     assert main(["inspect", "hi", "--model", str(env.root / "tiny.safetensors"), "--host", host, "--port", "0",
                  "--no-browser"]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     made = _FakeServer.made[-1]
-    assert made.host == host
-    if warned:
-        assert err.startswith("warning:") and host in err and "no authentication" in err, err
-    else:
-        assert "warning" not in err, err
-    # Bound to loopback, the app refuses requests that name another host (DNS rebinding).
-    from fastapi.testclient import TestClient
+    assert made.host == host and "warning" not in err.lower(), err
+    token = out.split("?token=")[1].split()[0] if remote else None
+    assert ("?token=" in out) == remote, out
+    if remote:
+        assert len(token) >= 22, token                    # >= 128 bits of URL-safe base64
+    own = "127.0.0.1" if host in ("0.0.0.0", "::", "127.0.0.2", "localhost") else host.strip("[]")
+    with TestClient(made.app, base_url=f"http://{own if ':' not in own else '[' + own + ']'}") as c:
+        assert c.get("/api/info").status_code == (401 if remote else 200)
+        if remote:
+            assert c.get("/api/info", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    # Loopback or not, the app refuses requests that name another host (DNS rebinding).
     with TestClient(made.app, base_url="http://evil.example") as c:
-        assert c.get("/api/info").status_code == (200 if warned else 400)
+        assert c.get("/api/info", headers={"Authorization": f"Bearer {token}"}).status_code == 403
+
+
+@pytest.mark.parametrize("flags, words", [(["--no-token"], "WARNING: --no-token"),
+                                          (["--token", "class-of-2026"], None)])
+def test_no_token_off_loopback_says_loudly_what_it_means(env, monkeypatch, capsys, flags, words):
+    from fastapi.testclient import TestClient
+
+    from glassllm.cli import main
+    from glassllm.inspector import server
+
+    _FakeServer.made.clear()
+    monkeypatch.setattr(server, "Server", _FakeServer)
+    assert main(["inspect", "hi", "--model", str(env.root / "tiny.safetensors"), "--host", "0.0.0.0",
+                 "--port", "0", "--no-browser", *flags]) == 0
+    out, err = capsys.readouterr()
+    with TestClient(_FakeServer.made[-1].app, base_url="http://127.0.0.1") as c:
+        status = c.get("/api/info").status_code
+    if words:
+        assert err.startswith(words) and "Anyone" in err and "?token=" not in out and status == 200, (out, err)
+    else:
+        assert "?token=class-of-2026" in out and not err and status == 401, (out, err)
 
 
 def test_an_address_that_cannot_be_listened_on_is_one_line_before_uvicorn_starts(env, capsys):

@@ -64,7 +64,7 @@ def test_default_config_and_the_bundled_recipe():
     c = TrainConfig()
     assert (c.batch_size, c.seq_len, c.grad_clip, c.weight_decay) == (16, 256, 1.0, 0.1)
     assert (c.repeat_fraction, c.short_steps) == (0.0, 0)                # plain text, full windows
-    assert c.lr_at(0) == pytest.approx(c.lr / c.warmup_steps) and c.lr_at(c.warmup_steps) == c.lr
+    assert c.warmup == 100 and c.lr_at(0) == pytest.approx(c.lr / c.warmup) and c.lr_at(c.warmup) == c.lr
     assert TrainConfig.from_dict(json.loads(c.to_json())) == c
     assert RECIPES["default"] == c
     _, meta = checkpoint.read_header(checkpoint.bundled_model_path())   # the shipped model's own record

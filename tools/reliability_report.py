@@ -198,8 +198,8 @@ def heaviest_requests(path: Path) -> dict:
 # ----------------------------------------------------------------------------
 
 def figures_markdown(r: dict) -> str:
-    lines = [f"Measured {r['date']} on {r['machine']} by `python tools/reliability_report.py` "
-             f"(JSON: `bench/results/reliability.json`).", ""]
+    lines = [f"Measured on {r['machine']} by `python tools/reliability_report.py` (the run's date and "
+             f"every figure in full: `bench/results/reliability.json`).", ""]
     e = r["inventory"]["entries"]
     lines += ["**1. Bad inputs.** Cases tried per entry point (bad inputs + accepted odd inputs), "
               "with what went wrong:", "",

@@ -28,7 +28,9 @@ check off):
 - ``<!-- skip: start if(bundled_model_missing(), reason="...") -->`` ...
   ``<!-- skip: end -->`` (Sybil's skip directive) marks the parts that need the
   bundled, trained model; without it they are reported as skipped, with the
-  reason.
+  reason. ``if(module_missing("torch"), ...)`` marks an optional aside that
+  compares with a library a learner's install (``.[learn]``) lacks: it runs
+  wherever that library is installed, as it is for the full test suite.
 
 NumPy print options are restored after each lesson, so no lesson leaks its
 formatting into another.
@@ -37,6 +39,7 @@ formatting into another.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import io
 import re
 from contextlib import redirect_stdout
@@ -117,8 +120,14 @@ def bundled_model_missing() -> bool:
     return not bundled_model_path().exists()
 
 
+def module_missing(name: str) -> bool:
+    """True when the module ``name`` (an optional reference such as ``torch``) cannot be imported."""
+    return importlib.util.find_spec(name) is None
+
+
 def _setup(namespace: dict) -> None:
     namespace["bundled_model_missing"] = bundled_model_missing
+    namespace["module_missing"] = module_missing
     namespace["_print_options"] = np.get_printoptions()
 
 

@@ -30,6 +30,7 @@ COMMANDS = {
     "tokenize": ("glassllm.tokenizer", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
     "import-hf": ("glassllm.hf", "import a Hugging Face Llama checkpoint as a model file"),
+    "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
 }
 
 

@@ -192,8 +192,9 @@ class WindowSampler:
     r = 0 the sampler draws exactly the same numbers as one without the option.
     The draws per batch: B starts, then (r > 0) B uniforms for "repeat?", B
     periods, and ("random") B x (T+1) indices into the sorted distinct ids.
-    ``next_batch(seq_len, batch_size)`` draws one batch of another shape from the
-    same stream (the trainer's sequence-length warm-up uses it).
+    ``next_batch(seq_len, batch_size, repeat_fraction)`` draws one batch of another
+    shape, or with another share of repeated windows, from the same stream (the
+    trainer's sequence-length warm-up uses it).
 
     >>> s = WindowSampler(np.arange(10, dtype=np.uint16), seq_len=3, batch_size=2,
     ...                   rng=np.random.default_rng(0))
@@ -215,27 +216,34 @@ class WindowSampler:
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
         self.repeat_fraction = float(repeat_fraction)
         self.repeat_tokens = repeat_tokens
-        self._types = (_distinct(ids) if repeat_fraction > 0 and repeat_tokens == "random" else None)
+        self._types = None            # the distinct ids, counted once a random span needs them
         self.batches = 0
 
-    def next_batch(self, seq_len: int | None = None, batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The next ``(x, y)``, each (B, T); ``seq_len``/``batch_size`` override T and B for this batch."""
+    def next_batch(self, seq_len: int | None = None, batch_size: int | None = None,
+                   repeat_fraction: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``(x, y)``, each (B, T); ``seq_len``/``batch_size``/``repeat_fraction`` override T, B
+        and r for this batch."""
         B = self.batch_size if batch_size is None else int(batch_size)
         T = self.seq_len if seq_len is None else int(seq_len)
+        r = self.repeat_fraction if repeat_fraction is None else float(repeat_fraction)
         if not 1 <= T <= len(self.ids) - 1 or B < 1:
             raise ValueError(f"cannot draw {B} windows of {T} tokens from {len(self.ids)} tokens")
+        if not 0.0 <= r <= 1.0:
+            raise ValueError(f"repeat_fraction must be between 0 and 1, got {r!r}")
+        if r > 0 and self.repeat_tokens == "random" and self._types is None:
+            self._types = _distinct(self.ids)
         offsets = np.arange(T + 1)                                                # (T+1,)
         starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
         index = starts[:, None] + offsets                                         # (B, T+1)
-        if self.repeat_fraction > 0:
-            repeat = self.rng.random(B)[:, None] < self.repeat_fraction           # (B, 1)
+        if r > 0:
+            repeat = self.rng.random(B)[:, None] < r                              # (B, 1)
             shortest, longest = -(-(T + 1) // 8), -(-(T + 1) // 2)               # h: ceil((T+1)/8) .. ceil((T+1)/2)
             period = self.rng.integers(shortest, longest + 1, size=B)             # (B,)
             cycle = offsets % period[:, None]                                     # (B, T+1): 0 .. h-1, 0 ..
             if self.repeat_tokens == "text":
                 index = np.where(repeat, starts[:, None] + cycle, index)          # text at s, over and over
         rows = np.asarray(self.ids[index], dtype=np.int64)                        # (B, T+1)
-        if self.repeat_fraction > 0 and self.repeat_tokens == "random":
+        if r > 0 and self.repeat_tokens == "random":
             drawn = self._types[self.rng.integers(0, len(self._types), size=(B, T + 1))]  # (B, T+1) ids
             rows = np.where(repeat, np.take_along_axis(drawn, cycle, axis=1), rows)  # the first h, over and over
         self.batches += 1

@@ -72,12 +72,14 @@ from .data import (REPEAT_TOKENS, WindowSampler, expand_paths, hub_source, resol
                    token_ids)
 from .nn import Transformer
 from .optim import AdamW, check_lr, clip_grad_norm, global_norm, lr_at
+from .timeline import SAMPLE, SAMPLE_PROMPT, Timeline, load_timeline
 
 __all__ = ["TrainConfig", "EvalResult", "Trainer", "train_step", "find_non_finite", "NonFinite",
            "evaluate", "evaluate_text",
            "STATE_FORMAT", "STATE_VERSION", "add_cli"]
 
-RUN_FILES = ("train_state.safetensors", "model.safetensors", "tokenizer.json", "loss.csv", "loss.png")
+RUN_FILES = ("train_state.safetensors", "model.safetensors", "tokenizer.json", "loss.csv", "loss.png",
+             "timeline.safetensors")
 STATE_FORMAT = "glassllm-train-state"
 STATE_VERSION = "1"
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -107,7 +109,7 @@ class TrainConfig(JsonConfig):
     grad_accum: int = 1          # micro-batches per optimiser step
     lr: float = 3e-3             # peak learning rate, reached after warm-up
     min_lr: float = 3e-4         # learning rate at the end of the cosine decay
-    warmup_steps: int = 100      # linear warm-up from lr/warmup_steps to lr
+    warmup_steps: int = -1       # linear warm-up from lr/warmup_steps to lr; -1: a tenth of steps, at most 100
     weight_decay: float = 0.1    # decoupled, on weight matrices only
     beta1: float = 0.9
     beta2: float = 0.95
@@ -117,30 +119,33 @@ class TrainConfig(JsonConfig):
     repeat_tokens: str = "text"  # the span: "text" (a piece of the data) or "random" (tokens drawn from it)
     short_steps: int = 0         # sequence-length warm-up: the first steps train on shorter windows ...
     short_seq_len: int = 64      # ... of this many tokens, batch_size * seq_len / short_seq_len of them
+    short_repeat_fraction: float = -1.0  # repeat_fraction during those first steps; -1: the same as repeat_fraction
     seed: int = 1337             # model init and batch sampling
     workers: int = 1             # threads, each back-propagating a share of every batch's rows (1 BLAS thread each)
     dtype: str = "float32"       # float32 or float64
     eval_every: int = 250        # steps between held-out evaluations; 0 = only at the end
     eval_windows: int = 64       # windows of the held-out text per periodic evaluation; 0 = all
     checkpoint_every: int = 100  # steps between checkpoints; 0 = only at the end
+    timeline_points: int = 40    # log-spaced steps at which the probe prompt is recorded (glassllm.timeline); 0 = off
 
     def __post_init__(self):
-        ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": 0,
+        ints = {"steps": 1, "batch_size": 1, "seq_len": 1, "grad_accum": 1, "warmup_steps": -1,
                 "short_steps": 0, "short_seq_len": 1, "workers": 1,
-                "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0}
+                "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0, "timeline_points": 0}
         for name, low in ints.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"TrainConfig.{name} must be an int, got {value!r}")
             if value < low:
                 raise ValueError(f"TrainConfig.{name} must be >= {low}, got {value}")
-        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "repeat_fraction"):
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "repeat_fraction",
+                     "short_repeat_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise TypeError(f"TrainConfig.{name} must be a finite number, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
-        if not math.isfinite(self.lr * (self.warmup_steps + 1)):          # lr_at's warm-up multiplies first
+        if not math.isfinite(self.lr * (self.warmup + 1)):                # lr_at's warm-up multiplies first
             raise ValueError(f"TrainConfig.lr={self.lr} is too large: the learning-rate schedule overflows")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"TrainConfig.min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
@@ -154,6 +159,9 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"TrainConfig.{bad} must be >= 0, got {getattr(self, bad)}")
         if not 0 <= self.repeat_fraction <= 1:
             raise ValueError(f"TrainConfig.repeat_fraction must be in [0, 1], got {self.repeat_fraction}")
+        if not (0 <= self.short_repeat_fraction <= 1 or self.short_repeat_fraction == -1):
+            raise ValueError(f"TrainConfig.short_repeat_fraction must be in [0, 1] (or -1: the same as "
+                             f"repeat_fraction), got {self.short_repeat_fraction}")
         if self.repeat_tokens not in REPEAT_TOKENS:
             raise ValueError(f"TrainConfig.repeat_tokens must be one of {', '.join(REPEAT_TOKENS)}, "
                              f"got {self.repeat_tokens!r}")
@@ -168,9 +176,29 @@ class TrainConfig(JsonConfig):
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len * self.grad_accum
 
+    @property
+    def warmup(self) -> int:
+        """Warm-up steps in effect: ``warmup_steps``, or for -1 a tenth of the run, at most 100.
+
+        >>> TrainConfig().warmup, TrainConfig(steps=100).warmup, TrainConfig(steps=100, warmup_steps=50).warmup
+        (100, 10, 50)
+        """
+        return self.warmup_steps if self.warmup_steps >= 0 else min(100, self.steps // 10)
+
+    def repeat_at(self, step: int) -> float:
+        """Share of repeated-span windows at 0-based step ``step``.
+
+        >>> c = TrainConfig(repeat_fraction=0.1, short_steps=10, short_repeat_fraction=0.5)
+        >>> c.repeat_at(9), c.repeat_at(10)
+        (0.5, 0.1)
+        """
+        if step < self.short_steps and self.short_repeat_fraction >= 0:
+            return self.short_repeat_fraction
+        return self.repeat_fraction
+
     def lr_at(self, step: int) -> float:
         """Learning rate of 0-based optimiser step ``step``."""
-        return lr_at(step, self.lr, self.warmup_steps, self.steps, self.min_lr)
+        return lr_at(step, self.lr, self.warmup, self.steps, self.min_lr)
 
     def window_shape(self, step: int) -> tuple[int, int]:
         """(windows, tokens per window) of each micro-batch of 0-based step ``step``.
@@ -196,7 +224,10 @@ class TrainConfig(JsonConfig):
 RECIPES = {
     "default": TrainConfig(),
     "bundled": TrainConfig(steps=3000, repeat_fraction=0.5, repeat_tokens="random", short_steps=1000,
-                           short_seq_len=32),
+                           short_seq_len=32, warmup_steps=100),
+    # A classroom run: a few minutes on a laptop, already story-shaped text.
+    "class": TrainConfig(steps=400, batch_size=16, seq_len=128, lr=4e-3, eval_every=100, checkpoint_every=100,
+                         timeline_points=24),
 }
 
 
@@ -539,6 +570,8 @@ class Trainer:
         self.history: list[dict] = []
         self.command = command
         self.last_eval: EvalResult | None = None
+        self.timeline = (Timeline.for_model(self.model, tokenizer, config.steps, config.timeline_points)
+                         if config.timeline_points else None)
 
     # -- resume -------------------------------------------------------------------
     @classmethod
@@ -607,6 +640,11 @@ class Trainer:
         self.history = json.loads(meta["history"])
         self.command = meta.get("command", "")
         self.last_eval = None
+        self.timeline = None
+        if config.timeline_points:
+            saved = self.out / "timeline.safetensors"
+            self.timeline = (load_timeline(saved) if saved.is_file() else
+                             Timeline.for_model(self.model, self.tokenizer, config.steps, config.timeline_points))
         return self
 
     # -- the loop ---------------------------------------------------------------
@@ -639,8 +677,11 @@ class Trainer:
                     self.save()
                     break
                 t0 = time.perf_counter()
+                if self.step == first_step:
+                    self._look(None)                                     # the timeline's step 0, if due
                 B, T = c.window_shape(self.step)
-                batches = [self.sampler.next_batch(T, B) for _ in range(c.grad_accum)]
+                r = c.repeat_at(self.step)
+                batches = [self.sampler.next_batch(T, B, r) for _ in range(c.grad_accum)]
                 lr = c.lr_at(self.step)
                 loss, norm = train_step(self.model, self.optimizer, batches, lr, c.grad_clip, self.step + 1,
                                         threads)
@@ -657,9 +698,13 @@ class Trainer:
                     self.elapsed += time.perf_counter() - t1
                     row["val_loss"], row["val_bpb"] = result.loss, result.bits_per_byte
                     self.last_eval = result if final else None
+                    sample = self._look(result) or self.sample()
                     if self.progress:
                         bar.write(f"step {self.step}: train loss {loss:.4f}  held-out {result.line()}",
                                   file=sys.stderr)
+                        bar.write(f"  sample: {SAMPLE_PROMPT}{sample}".replace("\n", " / "), file=sys.stderr)
+                else:
+                    self._look(None)
                 rate = (self.step - first_step) * c.tokens_per_step / (time.perf_counter() - started)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}", lr=f"{lr:.2e}", refresh=False)
                 bar.update(1)
@@ -682,6 +727,35 @@ class Trainer:
     def _log(self, text: str) -> None:
         if self.progress:
             print(text, file=sys.stderr)
+
+    def sample(self) -> str:
+        """A short continuation of the fixed sample prompt, with a fixed seed (the run's RNG is not touched)."""
+        from .generate import generate_text
+
+        room = self.model_config.max_seq_len - len(self.tokenizer.encode(SAMPLE_PROMPT))
+        if room <= 0:
+            return ""
+        return generate_text(self.model, self.tokenizer, SAMPLE_PROMPT,
+                             **{**SAMPLE, "max_new_tokens": min(SAMPLE["max_new_tokens"], room)})
+
+    def _look(self, result: "EvalResult | None") -> str | None:
+        """Record the timeline at this step if it is due; its sample, or None if nothing was recorded."""
+        tl, c = self.timeline, self.config
+        if tl is None or not tl.due(self.step):
+            return None
+        t0 = time.perf_counter()
+
+        def valid():
+            if result is not None or self.valid_ids is None:
+                return result
+            return evaluate(self.model, self.valid_ids, self.tokenizer, c.seq_len, c.batch_size,
+                            c.eval_windows or None)
+
+        last = self.history[-1] if self.history and self.history[-1]["step"] == self.step else None
+        tl.record(self.model, self.tokenizer, self.step, self.tokens_seen, c.lr_at(max(self.step - 1, 0)),
+                  None if last is None else last["loss"], valid)
+        self.elapsed += time.perf_counter() - t0
+        return tl.rows[-1]["sample"]
 
     # -- saving -------------------------------------------------------------------
     def save(self) -> None:
@@ -710,6 +784,9 @@ class Trainer:
         if not tok_path.is_file() or tok_path.read_text(encoding="utf-8", errors="replace") != self.tokenizer.to_json():
             self.tokenizer.save(tok_path)
         self.write_curve()
+        if self.timeline is not None and self.timeline.steps:
+            self.timeline.set_history(self.history)
+            self.timeline.save(self.out / "timeline.safetensors")
 
     def model_metadata(self) -> dict[str, str]:
         """What the inference file records about how it was made."""
@@ -775,7 +852,7 @@ _TRAIN_HELP = {
     "grad_accum": "micro-batches whose gradients are averaged per optimiser step",
     "lr": "peak learning rate (after warm-up)",
     "min_lr": "learning rate at the end of the cosine decay",
-    "warmup_steps": "steps of linear warm-up",
+    "warmup_steps": "steps of linear warm-up (-1 = a tenth of --steps, at most 100)",
     "weight_decay": "AdamW decoupled weight decay, on weight matrices only (not norms)",
     "beta1": "AdamW first-moment decay",
     "beta2": "AdamW second-moment decay",
@@ -786,6 +863,10 @@ _TRAIN_HELP = {
     "short_steps": "sequence-length warm-up: this many first steps train on windows of --short-seq-len tokens "
                    "(0 = off)",
     "short_seq_len": "tokens per window during the warm-up; the batch grows to keep tokens per step the same",
+    "short_repeat_fraction": "share of repeated-span windows during the sequence-length warm-up "
+                             "(-1 = the same as --repeat-fraction)",
+    "timeline_points": "log-spaced steps at which a probe prompt's attention, next-token distribution, "
+                       "held-out loss and a sample are kept in timeline.safetensors (0 = off)",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "workers": "threads that each back-propagate a share of every batch's rows, with one BLAS thread each "
                "(data parallelism; the same gradients up to float rounding)",
@@ -842,6 +923,7 @@ def add_cli(name: str, parser) -> None:
     io_.add_argument("--threads", type=int, metavar="N",
                      help="BLAS threads (default: the library's choice); --workers N uses N cores better")
     io_.add_argument("--no-progress", action="store_true", help="no progress bar or log lines")
+    io_.add_argument("--quiet", action="store_true", help="the same as --no-progress: nothing but errors")
     tg = parser.add_argument_group("training (TrainConfig)")
     tg.add_argument("--recipe", choices=sorted(RECIPES), default=None,
                     help="start from a named TrainConfig; the options below override it ('bundled' made "
@@ -925,7 +1007,7 @@ def _train_cli(args) -> int:
     if args.recipe:                       # the recipe's values, as if given, under the explicit ones
         base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
         train_opts = {**{k: v for k, v in base.items() if v != plain[k]}, **train_opts}
-    progress = not args.no_progress
+    progress = not (args.no_progress or args.quiet)
     if args.until is not None and args.until < 1:
         raise ValueError(f"--until must be a step >= 1, got {args.until}")
     if args.resume:

@@ -5,10 +5,13 @@
     glassllm inspect "Once upon a time"                    # local server on 127.0.0.1, opens the browser
     glassllm inspect "Once upon a time" --no-browser --port 8765
     glassllm inspect "Once upon a time" --html story.html  # one offline file, nothing fetched
+    glassllm inspect --host 0.0.0.0 --no-browser           # for a class: prints a URL with an access token
 
 The bundled TinyStories model is used unless ``--model FILE`` names another
-model file. The server binds to loopback unless ``--host`` says otherwise
-(with a warning: the inspector has no authentication).
+model file. The server binds to loopback, open to this machine's user, unless
+``--host`` says otherwise; on any other address it needs an access token
+(generated, or ``--token``), unless ``--no-token`` opens it to everyone who can
+reach the port.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--port", type=int, default=None, metavar="N",
                         help=f"port to listen on (default: {DEFAULT_PORT}, or a free one if it is taken; 0 = any free port)")
     parser.add_argument("--no-browser", action="store_true", help="print the URL but do not open a browser")
+    parser.add_argument("--token", default=None, metavar="TOKEN",
+                        help="the access token to require (default: a random one when --host is not loopback; "
+                             "none on loopback)")
+    parser.add_argument("--no-token", action="store_true",
+                        help="serve a non-loopback --host without a token: anyone who can reach the port may use it")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="another name clients may use to reach this server (a DNS name, a proxy); repeatable")
     parser.add_argument("--html", metavar="FILE", default=None,
                         help="write one self-contained offline HTML file for PROMPT instead of serving")
     parser.add_argument("--steps", type=int, default=None, metavar="N",
@@ -65,6 +75,7 @@ def _cli(args) -> int:
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
+    from .auth import check_token_text
     from .data import Inspector
     from .schema import Limits
 
@@ -75,10 +86,16 @@ def _cli(args) -> int:
         raise ValueError(f"--port must be in 0..65535 (0 = any free port), got {args.port}")
     if args.html is not None:
         served = [flag for flag, given in (("--port", args.port is not None), ("--host", args.host != "127.0.0.1"),
-                                           ("--no-browser", args.no_browser)) if given]
+                                           ("--no-browser", args.no_browser), ("--token", args.token is not None),
+                                           ("--no-token", args.no_token), ("--allow-host", bool(args.allow_host)))
+                  if given]
         if served:
             raise ValueError(f"{' and '.join(served)} {'apply' if len(served) > 1 else 'applies'} only to the server; "
                              "--html writes a file and serves nothing")
+    if args.token is not None and args.no_token:
+        raise ValueError("--token and --no-token contradict each other: give one")
+    if args.token is not None:
+        check_token_text(args.token)
     if args.steps is not None and args.html is None:
         raise ValueError("--steps applies only with --html (the server decodes as far as the page asks)")
     if args.steps is not None and not 0 <= args.steps <= args.max_new_tokens:
@@ -109,10 +126,13 @@ def _cli(args) -> int:
 
 
 def _serve(inspector, prompt: str, args) -> int:
+    from .auth import Access, lan_addresses, new_token, own_hosts
     from .server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
-    app = create_app(inspector, loopback_only=loopback, prompt=prompt)
+    token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
+    access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
+    app = create_app(inspector, prompt=prompt, access=access)
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
     for i, port in enumerate(ports):
@@ -123,13 +143,21 @@ def _serve(inspector, prompt: str, args) -> int:
             if i == len(ports) - 1:
                 raise
             print(f"port {port} is taken; serving on a free port instead (--port chooses one)", file=sys.stderr)
+    suffix = f"?token={token}" if token else ""
     url = server.url
+    if url.startswith(("http://0.0.0.0:", "http://[::]:")):              # every interface: this machine's own
+        url = f"http://127.0.0.1:{server.port}/"
+    if not loopback and args.no_token:
+        print(f"WARNING: --no-token: listening on {args.host} with no access token. Anyone who can reach port "
+              f"{server.port} can use this inspector and make this machine compute. Use it only on a network "
+              "you trust.", file=sys.stderr)
+    print(f"glassllm inspector: {url}{suffix}   (Ctrl+C to stop)", flush=True)
     if not loopback:
-        print(f"warning: listening on {args.host} makes the inspector reachable from other machines; "
-              "it has no authentication. Use --host 127.0.0.1 to keep it local.", file=sys.stderr)
-    print(f"glassllm inspector: {url}   (Ctrl+C to stop)", flush=True)
+        others = lan_addresses() if url.startswith("http://127.0.0.1:") else []
+        for address in others:
+            print(f"  from other machines: http://{address}:{server.port}/{suffix}", flush=True)
     if not args.no_browser:
-        _open_browser(url)
+        _open_browser(url + suffix)
     try:
         while server.thread.is_alive():
             server.thread.join(0.5)

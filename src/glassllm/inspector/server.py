@@ -15,33 +15,42 @@ served from memory: no part of a request's path ever reaches the filesystem.
 There are no API docs routes. Every bad request -- malformed JSON, a field of
 the wrong type or range, an unknown snapshot, a prompt that is too long --
 gets HTTP 400 and ``{"error": "<one line>"}`` (so does a POST without a
-Content-Length, or a body over 256 KB); unknown paths get 404 in the
-same shape. Errors inside the model are bugs: they are logged and answered
-with 500 and a generic message, never a traceback.
+Content-Length); unknown paths get 404 in the same shape. Errors inside the
+model are bugs: they are logged and answered with 500 and a generic message,
+never a traceback.
 
-When bound to a loopback address, requests must name a loopback host
-(``127.0.0.1``, ``localhost``, ``[::1]``), so a web page elsewhere cannot
-reach the inspector through DNS rebinding.
+Before any route, every request passes the guards, in this order:
+
+- its ``Host`` must be one of the server's own names, and an ``Origin`` must be
+  the server's own page (403; :mod:`.auth`);
+- with a token (:class:`~glassllm.inspector.auth.Access`), it must carry the
+  token: a cookie, an ``Authorization`` header or ``?token=`` (401: a JSON
+  error under ``/api/``, a short page elsewhere); the first visit of a page
+  with ``?token=`` gets the cookie and a redirect to the address without it;
+- a body may hold at most 256 KB (413) and must arrive within
+  ``BODY_TIMEOUT_S`` of its headers (408).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import threading
 from importlib import resources
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ..trace import colors
+from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
 from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
 
-__all__ = ["create_app", "read_assets", "is_loopback", "Server"]
+__all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
 
 log = logging.getLogger("glassllm.inspector")
 
@@ -52,42 +61,49 @@ BODY_TIMEOUT_S = 10.0  # to receive a declared body, at most 256 KB, once its he
 # The page loads its own script and style and talks only to this server.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+UNAUTHORIZED_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>glassllm inspector: access token needed</title></head>
+<body><h1>Access token needed</h1>
+<p>This inspector needs its access token. Open it with the full link you were given: it ends in
+<code>?token=</code> followed by the token.</p></body></html>
+"""
 
 
 def read_assets() -> dict[str, str]:
-    """The page's three files, read from the installed package."""
+    """The page's three files, read from the installed package.
+
+    index.html gets the colour maps and hatching of :mod:`glassllm.trace.colors`
+    as ``<script id="glass-colors" type="application/json">``, which app.js reads:
+    the page, ``Trace.plot`` and the notebooks draw from the same definitions.
+    """
     folder = resources.files("glassllm.inspector") / "static"
-    return {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
-
-
-def is_loopback(host: str) -> bool:
-    """Is ``host`` (an address or ``localhost``) only reachable from this machine?"""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_of(header: str) -> str:
-    """The host part of a Host header: ``127.0.0.1:8000`` -> ``127.0.0.1``, ``[::1]:80`` -> ``[::1]``."""
-    if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0] if ":" in header else header
+    assets = {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+    tag = '<script src="app.js"></script>'
+    assert assets["index.html"].count(tag) == 1, "index.html lost its script tag"
+    palette = f'<script id="glass-colors" type="application/json">{colors.page_json()}</script>\n'
+    assets["index.html"] = assets["index.html"].replace(tag, palette + tag)
+    return assets
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | None = None) -> FastAPI:
+def _secured(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+def create_app(inspector: Inspector, prompt: str | None = None, access: Access | None = None) -> FastAPI:
     """The FastAPI app serving ``inspector``.
 
-    ``loopback_only``: refuse requests whose Host header is not a loopback name.
     ``prompt``: the prompt the page opens with.
+    ``access``: the token and the server's own host names (default: no token, loopback names only).
     """
+    access = access or Access(token=None, hosts=own_hosts("127.0.0.1"))
     assets = read_assets()
     info_cache = {**inspector.info(), "prompt": prompt}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
@@ -125,34 +141,49 @@ def create_app(inspector: Inspector, loopback_only: bool = True, prompt: str | N
     # -- guards on every request -----------------------------------------------------
     @app.middleware("http")
     async def _guard(request: Request, call_next):
-        if loopback_only:
-            host = _host_of(request.headers.get("host", ""))
-            if host not in LOOPBACK_HOSTS:
-                return _error(400, f"host {host[:60]!r} is not this machine; open the inspector at 127.0.0.1")
-        length = request.headers.get("content-length")
+        api = request.url.path.startswith("/api/")
+        headers = request.headers
+        if not access.host_ok(headers.get("host")):
+            shown = headers.get("host", "")[:60]
+            return _secured(_error(403, f"host {shown!r} is not this server's name; open the inspector at the "
+                                        "address it printed"))
+        if not access.origin_ok(headers.get("origin"), headers.get("host")) or (
+                api and headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")):
+            return _secured(_error(403, "cross-site request refused: only the inspector's own page may call it"))
+        if access.token is not None:
+            given = request.query_params.get("token")
+            if given is not None and request.method == "GET" and not api and access.token_ok(given):
+                # The first visit: a cookie, and the same page without the token in its address.
+                rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+                response = RedirectResponse(request.url.path + ("?" + rest if rest else ""), status_code=303)
+                response.set_cookie(access.cookie_name, access.cookie_value, httponly=True, samesite="strict",
+                                    path="/")
+                return _secured(response)
+            if not (access.cookie_ok(request.cookies.get(access.cookie_name))
+                    or access.token_ok(access.header_token(headers.get("authorization")))
+                    or (given is not None and access.token_ok(given))):
+                return _secured(_error(401, "this inspector needs its access token") if api
+                                else HTMLResponse(UNAUTHORIZED_PAGE, status_code=401))
+        length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return _error(400, f"request body of {length[:20]} bytes is too large; at most {MAX_BODY_BYTES}")
-        if request.method == "POST" and (length is None or "transfer-encoding" in request.headers):
+            return _secured(_error(413, f"request body of {length[:20]} bytes is too large; at most {MAX_BODY_BYTES}"))
+        if request.method == "POST" and (length is None or "transfer-encoding" in headers):
             # A chunked body has no declared size: it would be read whole before any check.
-            return _error(400, "a request body needs a Content-Length header (chunked uploads are refused)")
+            return _secured(_error(400, "a request body needs a Content-Length header (chunked uploads are refused)"))
         if request.method == "POST":
-            kind = request.headers.get("content-type", "")
+            kind = headers.get("content-type", "")
             if kind.split(";")[0].strip().lower() != "application/json":
-                return _error(400, f"Content-Type must be application/json, got {kind[:60]!r}")
+                return _secured(_error(400, f"Content-Type must be application/json, got {kind[:60]!r}"))
             try:  # a client that declares more bytes than it sends would hold the connection forever
                 await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
             except asyncio.TimeoutError:
-                return _error(400, f"request body incomplete: {length} bytes declared, not all sent within "
-                                   f"{BODY_TIMEOUT_S:g} s")
+                return _secured(_error(408, f"request body incomplete: {length} bytes declared, not all sent "
+                                            f"within {BODY_TIMEOUT_S:g} s"))
             except ClientDisconnect:  # the client left mid-body: nobody is there to read an answer
                 log.info("inspector: a client left before sending the %s bytes it declared for %s",
                          length, request.url.path[:100])
                 return _error(400, f"request body incomplete: {length} bytes declared, the client left")
-        response = await call_next(request)
-        response.headers["Content-Security-Policy"] = CSP
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Cache-Control"] = "no-store"
-        return response
+        return _secured(await call_next(request))
 
     # -- the page ------------------------------------------------------------------
     def _asset(name: str) -> Response:

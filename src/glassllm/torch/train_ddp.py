@@ -116,7 +116,7 @@ def _optimizer(twin: Transformer, c: TrainConfig):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c.weight_decay},
                              {"params": keep, "weight_decay": 0.0}],
                             lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(c.lr, c.warmup_steps, c.steps, c.min_lr))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(c.lr, c.warmup, c.steps, c.min_lr))
     return opt, sched
 
 

@@ -1,12 +1,13 @@
 """One snapshot of a :class:`~glassllm.trace.Trace` as a labelled heatmap, with matplotlib.
 
-The picture the inspector draws, for a notebook or a script: rows and columns
-named by their axes (queries down and keys across for attention; positions
-down and features across for vectors), token pieces on the position axes when
-a tokenizer is given, masked attention cells in light grey -- a colour no
-scale uses, so a forbidden cell is never mistaken for a weight that is merely
-small -- and a colour scale chosen by what the numbers are --
-0 to 1 for probabilities and attention weights, symmetric around 0 for
+The picture the inspector draws, for a notebook or a script, in the same look
+(:mod:`glassllm.trace.colors`): rows and columns named by their axes (queries
+down and keys across for attention; positions down and features across for
+vectors), token pieces on both position axes when a tokenizer is given, masked
+attention cells hatched on a ground no scale uses, so a forbidden cell is never
+mistaken for a weight that is merely small, a colour bar, and a scale chosen by
+what the numbers are -- 0 to 1 for probabilities and attention weights, 0 to
+the maximum for other values that are never negative, symmetric around 0 for
 anything signed (activations, scores, gradients).
 
 The image holds the snapshot's own numbers (``AxesImage.get_array()``),
@@ -20,15 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import causal_mask
+from . import colors
 from .registry import _head_axis
 
 # Axis letters as words, for the labels (the shape legend of glassllm.trace).
 AXIS_NAMES = {"n": "position", "m": "key position", "H": "query head", "G": "key/value head",
               "D": "head feature", "C": "feature", "V": "token id", "F": "MLP feature"}
-
-# Snapshots whose values are probabilities: drawn from 0 to 1 on a sequential scale.
-PROBABILITIES = ("attn.softmax", "probs")
-
 
 def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False, tokenizer=None, ax=None):
     """Draw snapshot ``name`` (or its gradient) of ``trace`` on ``ax``; return the ``AxesImage``.
@@ -60,16 +58,13 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     data = np.ma.masked_array(values.astype(np.float64), mask=masked if masked is not None else False)
     if ax is None:
         ax = plt.figure(figsize=(6.4, 5.2), constrained_layout=True).add_subplot()
-    if values.dtype == bool:
-        scale, low, high = "Greys", 0.0, 1.0
-    elif not grad and full.endswith(PROBABILITIES):
-        scale, low, high = "viridis", 0.0, 1.0
-    else:
-        top = float(np.abs(data).max()) if data.count() else 0.0
-        scale, low, high = "RdBu_r", -(top or 1.0), top or 1.0
-    # Masked entries take the colour map's "bad" colour: forbidden cells are 0 by rule, not by the model's choice.
-    image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
+    kind, low, high = colors.scale(data.filled(np.nan), full, grad=grad, mask=masked)
+    # Masked entries take the colour map's "bad" colour, then the hatching: forbidden cells are 0 by rule,
+    # not by the model's choice.
+    image = ax.imshow(data, cmap=colors.colormap(kind), vmin=low, vmax=high,
                       interpolation="nearest", aspect="equal" if attention else "auto")
+    if masked is not None:
+        colors.hatch_masked(ax, masked)
 
     keys = trace.context(s.index)                                       # positions m - len .. m-1
     # axis letter -> (first drawn index that has a label, labels); key ids the trace never saw stay unlabelled

@@ -12,6 +12,9 @@
   // ------------------------------------------------------------------ data source
   const embeddedNode = document.getElementById("glass-data");
   const embedded = embeddedNode ? JSON.parse(embeddedNode.textContent) : null;
+  // The colour maps and the hatching of masked cells, defined once in Python (glassllm.trace.colors,
+  // which Trace.plot uses too); the server and the export put them in the page as <script id="glass-colors">.
+  const COLORS = JSON.parse(document.getElementById("glass-colors").textContent);
 
   // Canonical key of a request: fields that differ from their defaults, keys sorted, no spaces.
   function canon(x) {
@@ -136,7 +139,7 @@
   let current = null;                // the snapshot response being shown
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
-    state, requestKey, timings: [],
+    state, requestKey, timings: [], colors: COLORS,
     heatmap: null, next: null,
     // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
     async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
@@ -420,9 +423,9 @@
   }
 
   // Colour maps: sequential (white -> ink blue) for weights and probabilities, diverging
-  // (blue - white - red) for signed values and gradients.
-  const SEQ = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-  const DIV = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
+  // (blue - white - red) for signed values and gradients, and the masked cells' ground and hatching.
+  // Defined once in Python: COLORS, at the top.
+  const SEQ = COLORS.sequential, DIV = COLORS.diverging;
   function ramp(stops) {
     const lut = new Uint8ClampedArray(256 * 3);
     for (let i = 0; i < 256; i++) {
@@ -432,7 +435,8 @@
     return lut;
   }
   const LUT = {seq: ramp(SEQ), div: ramp(DIV)};
-  const MASKED_RGB = [214, 210, 200];
+  const MASKED_RGB = COLORS.masked;
+  const HATCH_CSS = `rgba(${COLORS.hatch.rgb.join(", ")}, ${COLORS.hatch.alpha})`;
 
   function scaleFor(r, data, mask) {
     const local = r.local;
@@ -524,9 +528,9 @@
         }
       }
       g.clip();
-      g.strokeStyle = "rgba(120, 112, 96, 0.55)"; g.lineWidth = 1;
+      g.strokeStyle = HATCH_CSS; g.lineWidth = 1;
       g.beginPath();
-      for (let d = -gridH; d < gridW; d += 6) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
+      for (let d = -gridH; d < gridW; d += COLORS.hatch.spacing) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
       g.stroke();
       g.restore();
     }

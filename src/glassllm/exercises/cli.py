@@ -1,0 +1,47 @@
+"""``glassllm check EXERCISE FILE``: check a write-it-yourself exercise.
+
+::
+
+    glassllm check --list                       # the exercises
+    glassllm check softmax --stub > softmax.py  # the stub to fill in
+    glassllm check softmax softmax.py           # 0: right; 1: wrong, with what is wrong
+
+Bad usage (an unknown exercise, a missing file, a file without the function)
+is exit code 2, like every other command's bad input.
+"""
+
+from __future__ import annotations
+
+__all__ = ["add_cli"]
+
+
+def add_cli(name: str, parser) -> None:
+    parser.add_argument("exercise", nargs="?", metavar="EXERCISE", help="the exercise (see --list)")
+    parser.add_argument("file", nargs="?", metavar="FILE", help="your Python file defining the function")
+    parser.add_argument("--stub", action="store_true", help="print the exercise's stub file to fill in")
+    parser.add_argument("--list", action="store_true", help="list the exercises")
+    parser.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    from . import EXERCISES, check, exercise, stub
+
+    if args.list:
+        for ex in EXERCISES.values():
+            print(f"{ex.name:<18} {ex.title}")
+        return 0
+    if args.exercise is None:
+        raise ValueError(f"name an exercise: {', '.join(EXERCISES)} (or --list)")
+    exercise(args.exercise)
+    if args.stub:
+        if args.file is not None:
+            raise ValueError("--stub prints the stub; redirect it to a file instead of naming one "
+                             f"(glassllm check {args.exercise} --stub > {args.exercise}.py)")
+        print(stub(args.exercise), end="")
+        return 0
+    if args.file is None:
+        raise ValueError(f"name the file to check: glassllm check {args.exercise} FILE "
+                         f"(start from: glassllm check {args.exercise} --stub)")
+    result = check(args.exercise, args.file)
+    print(result.message)
+    return 0 if result.passed else 1
