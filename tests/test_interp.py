@@ -359,3 +359,31 @@ def test_copying_score_is_plus_one_for_a_copying_head_and_minus_one_for_its_nega
     assert circuits.copying_score(m, 0, 0) == pytest.approx(-1.0, abs=1e-9)
     scores = circuits.copying_scores(model)
     assert scores.shape == (L, H) and np.all(np.abs(np.asarray(scores)) <= 1 + 1e-12)
+
+
+def test_labelled_results_select_and_plot_their_own_numbers(model):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from glassllm.trace import Labelled
+
+    x = Labelled(np.array([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]]), ("layer", "position"), [[0, 1], ["a", "b", "a"]],
+                 "demo")
+    assert x.sel(layer=1).labels == [["a", "b", "a"]] and list(x.sel(layer=1)[:]) == [0.5, 0.0, -1.0]
+    assert x.sel(position="b").values.tolist() == [-2.0, 0.0] and x.argmax() == {"layer": 0, "position": "a"}
+    with pytest.raises(ValueError, match="position='a' matches 2 labels"):
+        x.sel(position="a")
+    with pytest.raises(ValueError, match="no axis named 'head'"):
+        x.sel(head=0)
+    image = x.plot()
+    np.testing.assert_array_equal(image.get_array(), np.asarray(x))
+    assert image.get_clim() == (-3.0, 3.0)                          # signed: symmetric around 0
+    assert [t.get_text() for t in image.axes.get_xticklabels()] == ["a", "b", "a"]
+    bars = x.sel(layer=0).plot()
+    assert [b.get_height() for b in bars] == [1.0, -2.0, 3.0]
+    with pytest.raises(ValueError, match="plot draws one or two axes"):
+        Labelled(np.zeros((1, 1, 1)), "abc", [[0], [0], [0]]).plot()
+    plt.close("all")
