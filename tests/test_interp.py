@@ -387,3 +387,24 @@ def test_labelled_results_select_and_plot_their_own_numbers(model):
     with pytest.raises(ValueError, match="plot draws one or two axes"):
         Labelled(np.zeros((1, 1, 1)), "abc", [[0], [0], [0]]).plot()
     plt.close("all")
+
+
+def test_the_inspector_tables_are_the_lens_and_the_attributions(model):
+    from glassllm.trace import direct_attribution, lens_top
+
+    toks = ids(6, 14)
+    lens = np.asarray(logit_lens(model, toks))
+    top, prob = lens_top(model, toks)
+    np.testing.assert_array_equal(np.asarray(top), lens.argmax(-1))
+    p = np.exp(lens - lens.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(prob), (p / p.sum(-1, keepdims=True)).max(-1), rtol=1e-12)
+    bars = direct_attribution(model, toks, position=-2)
+    logits = trace(model, toks, names="logits").get("logits")
+    assert bars.baseline["token"] == int(logits[4].argmax()) and bars.baseline["position"] == 4
+    np.testing.assert_allclose(np.asarray(bars).sum(), logits[4, bars.baseline["token"]], rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(np.asarray(bars), np.asarray(direct_attribution(model, toks, 4,
+                                                                                   token=bars.baseline["token"])))
+    np.testing.assert_allclose(np.asarray(direct_attribution(model, toks, 1, token=7)),
+                               np.asarray(logit_attrs(model, toks, 7))[:, 1], rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="position=6 is out of range"):
+        direct_attribution(model, toks, position=6)

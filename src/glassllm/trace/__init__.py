@@ -63,7 +63,7 @@ from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, Mean
                             ZeroAblate)
 from . import circuits, names, patching
 from .labelled import Labelled
-from .lens import component_labels, decompose, logit_attrs, logit_lens
+from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
 from .record import Step, Trace
 from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, registry, snapshot_shape,
                        snapshot_table, write_snapshot_doc)
@@ -75,5 +75,5 @@ __all__ = [
     "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
-    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "patching", "circuits", "names",
+    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "direct_attribution", "patching", "circuits", "names",
 ]

@@ -154,3 +154,42 @@ def logit_attrs(model, tokens, answer, wrong=None, *, interventions=(), tokenize
         total = total - logits[rows, _token_ids(wrong, n, V, "wrong")]
     return Labelled(attrs, ("component", "position"), [labels, _position_labels(t.tokens, n, tokenizer)],
                     "direct logit attribution", {"total": total})
+
+
+def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0) -> tuple[Labelled, Labelled]:
+    """The logit lens as a table: for every stream and position, its most likely token and that probability.
+
+    Returns ``(ids, probs)``, each (L + 1, n) with axes ``stream``, ``position``
+    (the inspector's logit-lens view: one cell per stream and position).
+
+    >>> from glassllm.nn import Transformer
+    >>> ids, probs = lens_top(Transformer(seed=0), [5, 6, 7])
+    >>> ids.shape, bool(((0 < np.asarray(probs)) & (np.asarray(probs) <= 1)).all())
+    ((5, 3), True)
+    """
+    lens = logit_lens(model, tokens, interventions=interventions, tokenizer=tokenizer, batch=batch)
+    logits = np.asarray(lens, dtype=np.float64)                         # (L+1, n, V)
+    top = logits.argmax(axis=-1)                                        # (L+1, n)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    prob = 1.0 / np.exp(shifted).sum(axis=-1)                           # (L+1, n): p of the top token
+    dims, labels = ("stream", "position"), lens.labels[:2]
+    return (Labelled(top, dims, labels, "logit lens: top token"),
+            Labelled(prob, dims, labels, "logit lens: its probability"))
+
+
+def direct_attribution(model, tokens, position: int = -1, token=None, *, interventions=(), batch: int = 0) -> Labelled:
+    """Each head's and MLP's direct contribution to one logit at one position: (K,), axis ``component``.
+
+    ``token``: the next token to explain (default: the model's most likely one
+    at ``position``). The parts sum to that logit (``baseline["total"]``);
+    ``baseline["token"]`` is the token. (The inspector's attribution view.)
+    """
+    labels, parts, rms, logits, _ = _parts(model, tokens, interventions, batch)
+    n, V = logits.shape
+    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
+        raise ValueError(f"position={position!r} is out of range: the prompt has positions 0..{n - 1}")
+    token = int(logits[position].argmax()) if token is None else int(_token_ids(token, n, V, "token")[0])
+    direction = model.output.weight.data[token] * model.norm.weight.data   # (C,)
+    values = parts[:, position] / rms[position] @ direction                 # (K,)
+    return Labelled(values, ("component",), [labels], "direct logit attribution",
+                    {"total": float(logits[position, token]), "token": token, "position": int(position) % n})
