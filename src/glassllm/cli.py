@@ -29,7 +29,8 @@ COMMANDS = {
     "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
     "tokenize": ("glassllm.tokenizer", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
-    "import-hf": ("glassllm.hf", "import a Hugging Face Llama checkpoint as a model file"),
+    "import": ("glassllm.importer", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
+    "import-hf": ("glassllm.importer", "import a Hugging Face Llama folder as a model file (as import)"),
     "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
 }
 

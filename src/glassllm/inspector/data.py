@@ -86,7 +86,7 @@ class Inspector:
     """Answers the page's requests for one model.
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
-    :class:`~glassllm.tokenizer.Tokenizer`; ``limits``: what one request may cost
+    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece); ``limits``: what one request may cost
     (the prompt is capped to fit the context). Thread-safe: one lock guards the model.
     """
 
@@ -157,14 +157,17 @@ class Inspector:
             "names": names,
             "vocab": self._vocab,
             "eot_id": _eot(self.tokenizer),
+            "end_ids": list(self.tokenizer.end_ids),
+            "tokenizer": self.tokenizer.kind,
             "limits": {"max_prompt_tokens": self.limits.max_prompt_tokens,
                        "max_new_tokens": self.limits.max_new_tokens, "max_cells": self.limits.max_cells},
         }
 
     # ------------------------------------------------------------------ tokens
     def encode(self, prompt: str) -> list[int]:
-        """Prompt text -> ids (special tokens allowed, as ``glassllm generate`` does), length-checked."""
-        ids = self.tokenizer.encode(prompt, allowed_special="all")
+        """Prompt text -> ids as ``glassllm generate`` reads it (the tokenizer's ``encode_prompt``:
+        special tokens allowed, ``<s>`` first for a SentencePiece Llama), length-checked."""
+        ids = self.tokenizer.encode_prompt(prompt)
         limit = self.limits.max_prompt_tokens
         if not ids:
             raise ValueError("prompt is empty: type at least one character")
@@ -323,8 +326,9 @@ class Inspector:
 
     def _finished(self, ids: list[int], step: int, run: _Run) -> str | None:
         """Why greedy decoding cannot take a step after pass ``step`` (None if it can)."""
-        if int(np.argmax(run.logits)) == _eot(self.tokenizer):
-            return "the model's top choice is <|endoftext|>: the text ends here"
+        top = int(np.argmax(run.logits))
+        if top in self.tokenizer.end_ids:
+            return f"the model's top choice is {self.tokenizer.piece(top)}: the text ends here"
         if step + 1 > self.limits.max_new_tokens:
             return f"this inspector stops after {self.limits.max_new_tokens} steps (--max-new-tokens)"
         if len(ids) + step + 1 >= self.config.max_seq_len:

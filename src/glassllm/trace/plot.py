@@ -55,16 +55,11 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
 
     attention = axes == ["n", "m"]
     masked = _forbidden(trace, full, s) if attention else None
-    data = np.ma.masked_array(values.astype(np.float64), mask=masked if masked is not None else False)
     if ax is None:
         ax = plt.figure(figsize=(6.4, 5.2), constrained_layout=True).add_subplot()
-    kind, low, high = colors.scale(data.filled(np.nan), full, grad=grad, mask=masked)
-    # Masked entries take the colour map's "bad" colour, then the hatching: forbidden cells are 0 by rule,
-    # not by the model's choice.
-    image = ax.imshow(data, cmap=colors.colormap(kind), vmin=low, vmax=high,
-                      interpolation="nearest", aspect="equal" if attention else "auto")
-    if masked is not None:
-        colors.hatch_masked(ax, masked)
+    image = matrix(ax, values, name=full, grad=grad, mask=masked, colorbar=False)
+    if not attention:
+        ax.set_aspect("auto")
 
     keys = trace.context(s.index)                                       # positions m - len .. m-1
     # axis letter -> (first drawn index that has a label, labels); key ids the trace never saw stay unlabelled
@@ -81,6 +76,42 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     where = [f"head {head}" if head is not None else "", f"step {s.index}" if len(trace.steps) > 1 else ""]
     ax.set_title(" · ".join([what, *filter(None, where)]), fontsize=9)
     ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return image
+
+
+def matrix(ax, values, *, name: str = "", grad: bool = False, mask=None, rows=None, cols=None,
+           colorbar: bool = True):
+    """Draw one (rows, cols) matrix on ``ax`` as the inspector does; return the ``AxesImage``.
+
+    The colour map and its range follow :func:`glassllm.trace.colors.scale`
+    (``name`` is the snapshot's name, e.g. ``attn.softmax``, which selects the
+    fixed 0 to 1 scale of probabilities; ``grad``: the values are a gradient).
+    ``mask`` (True = forbidden) cells are hatched and left out of the scale;
+    ``rows`` / ``cols`` label every row / column (token pieces, say);
+    ``colorbar`` adds the colour bar (for a grid of heads, draw one for the
+    figure instead: ``fig.colorbar(image, ax=axes)``). The image holds
+    ``values``, masked cells as masked entries.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"values must be a matrix (rows, cols), got shape {values.shape}")
+    if mask is not None and np.shape(mask) != values.shape:
+        raise ValueError(f"mask has shape {np.shape(mask)}; expected the values' {values.shape}")
+    data = np.ma.masked_array(values, mask=mask if mask is not None else False)
+    kind, low, high = colors.scale(values, name, grad=grad, mask=mask)
+    # Masked entries take the colour map's "bad" colour, then the hatching: forbidden cells are 0 by rule,
+    # not by the model's choice.
+    image = ax.imshow(data, cmap=colors.colormap(kind), vmin=low, vmax=high, interpolation="nearest")
+    if mask is not None:
+        colors.hatch_masked(ax, mask)
+    for labels, set_ticks, n, extra in ((rows, ax.set_yticks, values.shape[0], {}),
+                                        (cols, ax.set_xticks, values.shape[1], {"rotation": 90})):
+        if labels is not None:
+            if len(labels) != n:
+                raise ValueError(f"{len(labels)} labels for {n} rows or columns")
+            set_ticks(range(n), list(labels), fontsize=7, **extra)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return image
 
 
