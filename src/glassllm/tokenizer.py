@@ -600,9 +600,9 @@ class Tokenizer(TextTokenizer):
 
         Note the default, ``"none"``: text typed as ``<|endoftext|>`` stays
         ordinary text here. Prompts given to :func:`glassllm.generate.generate`,
-        the CLI and the inspector are encoded with ``allowed_special="all"``
-        (the special id), as :func:`glassllm.trace.to_str_tokens` does; pass
-        ``allowed_special="all"`` to get their ids.
+        the CLI, the inspector and :func:`glassllm.trace.to_str_tokens` are read
+        with :meth:`encode_prompt`, which allows every special token (the
+        special id); use it to get their ids.
         """
         if not isinstance(text, str):
             raise TypeError(f"encode expects a str, got {type(text).__name__}"

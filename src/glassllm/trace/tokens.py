@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def to_str_tokens(tokenizer, text_or_ids, allowed_special="all") -> list[str]:
-    """The readable piece of every token of ``text_or_ids`` (a str, encoded first, or token ids).
+def to_str_tokens(tokenizer, text_or_ids) -> list[str]:
+    """The readable piece of every token of ``text_or_ids`` (a str, read as a prompt, or token ids).
 
-    A str is encoded with ``allowed_special`` (default ``"all"``: ``<|endoftext|>``
-    is one special token, as for :func:`glassllm.generate.generate`, the CLI and
-    the inspector). Pieces are :meth:`Tokenizer.piece`: incomplete UTF-8 shows as
-    ``\\xNN`` escapes, control characters as ``\\n``, ``\\t``.
+    A str is encoded with ``tokenizer.encode_prompt``, as
+    :func:`glassllm.generate.generate`, the CLI and the inspector read a prompt
+    (``<|endoftext|>`` is one special token). Pieces are ``tokenizer.piece``:
+    incomplete UTF-8 shows as ``\\xNN`` escapes, control characters as ``\\n``, ``\\t``.
 
     >>> from glassllm.tokenizer import Tokenizer
     >>> tok = Tokenizer.train(["the cat sat on the mat. " * 30], vocab_size=262)
@@ -19,7 +19,7 @@ def to_str_tokens(tokenizer, text_or_ids, allowed_special="all") -> list[str]:
     ['the', ' c', 'at', '<|endoftext|>']
     """
     if isinstance(text_or_ids, str):
-        ids = tokenizer.encode(text_or_ids, allowed_special=allowed_special)
+        ids = tokenizer.encode_prompt(text_or_ids)
     else:
         ids = np.asarray(text_or_ids)
         if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
