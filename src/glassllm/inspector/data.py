@@ -35,7 +35,7 @@ from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
-from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
+from .schema import AttributionRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
 
 __all__ = ["Inspector", "encode_array"]
 
@@ -179,6 +179,39 @@ class Inspector:
     def tokens(self, req: PromptRequest) -> dict:
         ids = self.encode(req.prompt)
         return {"ids": ids, "pieces": [self._vocab[i] for i in ids]}
+
+    # ------------------------------------------------------------------ logit lens, attribution
+    def lens(self, req: PromptRequest) -> dict:
+        """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's
+        input, the last layer's output) and position, the most likely token and its probability."""
+        from ..trace import lens_top
+
+        ids = self.encode(req.prompt)
+        with self._lock:
+            top, prob = lens_top(self.model, ids)
+        rows = np.asarray(top).tolist()                                  # (L+1, n) token ids
+        return {"streams": list(top.labels[0]), "pieces": [self._vocab[i] for i in ids], "top": rows,
+                "top_pieces": [[self._vocab[i] for i in row] for row in rows],
+                "prob": np.asarray(prob, dtype=np.float64).tolist()}
+
+    def attribution(self, req: AttributionRequest) -> dict:
+        """Direct logit attribution at one position: each head's and MLP's share of one logit,
+        the final norm's scale frozen (the shares sum to the logit)."""
+        from ..trace import direct_attribution
+
+        ids = self.encode(req.prompt)
+        n, V = len(ids), self.config.vocab_size
+        position = n - 1 if req.position is None else req.position
+        if position >= n:
+            raise ValueError(f"position {position} is out of range: the prompt has positions 0..{n - 1}")
+        if req.token is not None and req.token >= V:
+            raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
+        with self._lock:
+            bars = direct_attribution(self.model, ids, position, req.token)
+        token = bars.baseline["token"]
+        return {"labels": bars.labels[0], "values": np.asarray(bars, dtype=np.float64).tolist(),
+                "total": bars.baseline["total"], "token": token, "piece": self._vocab[token],
+                "position": position, "pieces": [self._vocab[i] for i in ids]}
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, req: SnapshotRequest) -> dict:
@@ -463,3 +496,4 @@ def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
     t = tracer.trace
     seq = list(ids) + chosen
     return [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps)]
+

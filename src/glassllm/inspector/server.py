@@ -48,7 +48,7 @@ from starlette.requests import ClientDisconnect
 from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
-from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+from .schema import AttributionRequest, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
 
@@ -217,6 +217,14 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
     @app.post("/api/next")
     def next_token(req: NextRequest):
         return inspector.next_token(req)
+
+    @app.post("/api/lens")
+    def lens(req: PromptRequest):
+        return inspector.lens(req)
+
+    @app.post("/api/attribution")
+    def attribution(req: AttributionRequest):
+        return inspector.attribution(req)
 
     return app
 
