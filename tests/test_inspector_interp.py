@@ -73,3 +73,50 @@ def test_bad_attribution_requests_get_one_line(setup, body, match):
     _, _, client = setup
     r = client.post("/api/attribution", json=body)
     assert r.status_code == 400 and match in r.json()["error"] and "\n" not in r.json()["error"]
+
+
+# ----------------------------------------------------------------------------
+# The two views in a real browser, live and exported (skipped without Chromium, as the other browser tests)
+# ----------------------------------------------------------------------------
+
+from test_inspector_browser import browser  # noqa: E402,F401  (the shared Chromium fixture)
+
+
+def _check_views(page, model, tok):
+    page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+    page.evaluate("() => window.glass.idle()")
+    ids = tok.encode_prompt(PROMPT)
+    lens = np.asarray(logit_lens(model, ids))
+    shown = page.evaluate("() => window.glass.lens")
+    assert shown["top"] == lens.argmax(-1).tolist()
+    assert page.locator("#lens tr").count() == 1 + lens.shape[0]              # a header, then one row per stream
+    assert page.locator("#lens tr").nth(1).locator("td").count() == len(ids)
+    bars = page.evaluate("() => window.glass.attribution")
+    np.testing.assert_allclose(bars["values"], np.asarray(logit_attrs(model, ids, bars["token"]))[:, -1],
+                               rtol=1e-12, atol=1e-14)
+    assert page.locator("#attr-bars li").count() == len(bars["labels"])
+    assert page.locator("#attr-bars li").nth(1).get_attribute("data-label") == "L0H0"
+
+
+@pytest.mark.browser
+def test_lens_and_attribution_views_in_the_browser(browser, setup, tmp_path):  # noqa: F811
+    from glassllm.inspector import Inspector, create_app, export_html
+    from glassllm.inspector.server import Server
+
+    model, tok, _ = setup
+    inspector = Inspector(model, tok)
+    server = Server(create_app(inspector, prompt=PROMPT), "127.0.0.1", 0).start()
+    try:
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url)
+        _check_views(page, model, tok)
+        path = tmp_path / "inspector.html"
+        export_html(inspector, PROMPT, path, steps=0)
+        page.goto(path.as_uri())
+        assert page.evaluate("() => window.glass.state.mode") == "export"
+        _check_views(page, model, tok)
+        assert not errors
+    finally:
+        server.stop()

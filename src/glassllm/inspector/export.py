@@ -31,7 +31,8 @@ from pydantic import ValidationError
 from ..checkpoint import atomic_write
 from .data import Inspector
 from .schema import (
-    Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error, request_key,
+    AttributionRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error,
+    request_key,
 )
 from .server import read_assets
 
@@ -77,8 +78,10 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
     layers = range(inspector.config.n_layers)
 
-    # The prompt's pass: values and gradients.
+    # The prompt's pass: values and gradients, the logit lens and the direct attribution.
     put("next", inspector.next_token, NextRequest(prompt=prompt))
+    put("lens", inspector.lens, tokens)
+    put("attribution", inspector.attribution, AttributionRequest(prompt=prompt))
     for name, layer, head in _views(inspector, layers):
         for grad in (False, True):
             put("snapshot", inspector.snapshot,

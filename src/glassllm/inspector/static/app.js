@@ -140,7 +140,7 @@
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
     state, requestKey, timings: [], colors: COLORS,
-    heatmap: null, next: null,
+    heatmap: null, next: null, lens: null, attribution: null,
     // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
     async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
     async run(prompt) { $("prompt").value = prompt; await runPrompt(); },
@@ -360,8 +360,69 @@
         return;
       }
       syncControls();
-      await Promise.all([loadView(), loadNext()]);
+      await Promise.all([loadView(), loadNext(), loadLens(), loadAttribution()]);
     });
+  }
+
+  // ------------------------------------------------------------------ logit lens and direct attribution
+  // Both describe the prompt's own pass (no intervention, no decoding step): glassllm.trace.lens_top and
+  // glassllm.trace.direct_attribution answer them. glass.lens and glass.attribution hold what is shown.
+  async function loadLens() {
+    const err = $("lens-error"), table = $("lens");
+    try {
+      const r = await ask("lens", {prompt: state.prompt});
+      glass.lens = r;
+      err.hidden = true;
+      const head = el("tr");
+      head.append(el("th", {}, "stream ↓ · position →"));
+      r.pieces.forEach((p, i) => head.append(el("th", {title: `position ${i}`}, `${i} ${clip(show(p), 10)}`)));
+      const rows = r.streams.map((name, s) => {
+        const tr = el("tr");
+        tr.append(el("th", {}, name));
+        r.top_pieces[s].forEach((piece, i) => {
+          const p = r.prob[s][i];
+          const td = el("td", {title: `${name}, position ${i}: ${JSON.stringify(piece)} (id ${r.top[s][i]}), p = ${p}`});
+          td.style.background = `rgba(44, 111, 187, ${(0.6 * p).toFixed(3)})`;
+          td.append(document.createTextNode(clip(show(piece), 10)), el("small", {}, p.toFixed(2)));
+          tr.append(td);
+        });
+        return tr;
+      });
+      table.replaceChildren(head, ...rows);
+    } catch (e) {
+      glass.lens = null;
+      table.replaceChildren();
+      err.textContent = e.message;
+      err.hidden = false;
+    }
+  }
+
+  async function loadAttribution() {
+    const err = $("attr-error"), list = $("attr-bars");
+    try {
+      const r = await ask("attribution", {prompt: state.prompt});
+      glass.attribution = r;
+      err.hidden = true;
+      $("attr-line").textContent = `Logit of ${JSON.stringify(r.piece)} (id ${r.token}) at position ${r.position}: `
+        + `${fmt(r.total)}, split into what each part writes directly (the final norm's scale frozen).`;
+      const top = Math.max(...r.values.map(Math.abs), 1e-12);
+      list.replaceChildren(...r.labels.map((label, i) => {
+        const v = r.values[i], w = (50 * Math.abs(v) / top).toFixed(2);
+        const bar = el("span", {class: "bar " + (v >= 0 ? "pos" : "neg")});
+        bar.style.width = w + "%";
+        bar.style.left = v >= 0 ? "50%" : (50 - Number(w)) + "%";
+        const track = el("span", {class: "track"});
+        track.append(bar);
+        const li = el("li", {"data-label": label});
+        li.append(el("span", {class: "mono small"}, label), track, el("span", {class: "mono small"}, fmt(v, 3)));
+        return li;
+      }));
+    } catch (e) {
+      glass.attribution = null;
+      list.replaceChildren();
+      err.textContent = e.message;
+      err.hidden = false;
+    }
   }
 
   function drawTokens(pieces, generatedFrom) {
