@@ -367,19 +367,25 @@
   // ------------------------------------------------------------------ logit lens and direct attribution
   // Both describe the prompt's own pass (no intervention, no decoding step): glassllm.trace.lens_top and
   // glassllm.trace.direct_attribution answer them. glass.lens and glass.attribution hold what is shown.
+  const LENS_COLUMNS = 12;
   async function loadLens() {
     const err = $("lens-error"), table = $("lens");
     try {
       const r = await ask("lens", {prompt: state.prompt});
       glass.lens = r;
       err.hidden = true;
+      // The last LENS_COLUMNS positions only: a table cell per stream and position (the page stays small).
+      const first = Math.max(0, r.pieces.length - LENS_COLUMNS);
+      $("lens-note").textContent = first > 0 ? `positions ${first}–${r.pieces.length - 1} of ${r.pieces.length}` : "";
       const head = el("tr");
       head.append(el("th", {}, "stream ↓ · position →"));
-      r.pieces.forEach((p, i) => head.append(el("th", {title: `position ${i}`}, `${i} ${clip(show(p), 10)}`)));
+      r.pieces.slice(first).forEach((p, j) => head.append(
+        el("th", {title: `position ${first + j}`}, `${first + j} ${clip(show(p), 10)}`)));
       const rows = r.streams.map((name, s) => {
         const tr = el("tr");
         tr.append(el("th", {}, name));
-        r.top_pieces[s].forEach((piece, i) => {
+        r.top_pieces[s].slice(first).forEach((piece, j) => {
+          const i = first + j;
           const p = r.prob[s][i];
           const td = el("td", {title: `${name}, position ${i}: ${JSON.stringify(piece)} (id ${r.top[s][i]}), p = ${p}`});
           td.style.background = `rgba(44, 111, 187, ${(0.6 * p).toFixed(3)})`;
