@@ -133,11 +133,18 @@ def test_a_model_file_keeps_the_tokenizer(trio, tmp_path):
     assert isinstance(tok, SPTokenizer) and tok.to_json() == ours.to_json()
 
 
-def test_encode_corpus_reads_stories_the_llama2c_way(trio):
+def test_encode_corpus_reads_stories_the_llama2c_way(trio, tmp_path, monkeypatch):
+    import glassllm.tokenizer
+
     ours = trio[0]
-    ids = ours.encode_corpus(" once upon\n<|endoftext|>\nthe cat\n")
+    text = " once upon a time there was a cat\n<|endoftext|>\nthe cat sat on the mat and looked\n"
+    ids = ours.encode_corpus(text)
     assert ids.dtype == np.uint16
-    assert ids.tolist() == [1, *ours.encode("once upon"), 1, *ours.encode("the cat")]
+    assert ids.tolist() == [1, *ours.encode("once upon a time there was a cat"),
+                            1, *ours.encode("the cat sat on the mat and looked")]
+    (tmp_path / "v.txt").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(glassllm.tokenizer, "_BLOCK_CHARS", 8)           # stories run across blocks
+    assert ours.encode_corpus(tmp_path / "v.txt").tolist() == ids.tolist()
 
 
 def test_other_sentencepiece_models_are_refused(tmp_path):
@@ -167,3 +174,31 @@ def test_bad_input_is_one_line():
         tok.decode([5])
     with pytest.raises(TypeError, match="encode expects a str"):
         tok.encode(b"a")
+
+
+def test_generate_streams_the_text_and_stops_at_either_end_id(trio):
+    from glassllm.config import ModelConfig
+    from glassllm.generate import generate
+    from glassllm.nn import Transformer
+    from glassllm_testing import randomize
+
+    ours = trio[0]
+    config = ModelConfig(vocab_size=512, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=64)
+    model = randomize(Transformer(config, seed=0), np.random.default_rng(2))
+    prompt = "Once upon a time"
+    records = list(generate(model, ours, prompt, max_new_tokens=30, temperature=1.0, seed=3))
+    ids = [t.id for t in records if t.finish != "eot"]
+    start = ours.encode_prompt(prompt)
+    assert records[0].n == len(start) and start[0] == 1
+    assert "".join(t.text for t in records) == ours.decode(start + ids)[len(prompt):]
+    for end in (2, 1):                                                  # </s>, and <s> as run.c stops
+        # Layers that add nothing, and an output row that points along the last prompt token's embedding:
+        # that id's logit is 100 |x|^2 / rms(x), far above the others.
+        state = {k: (np.zeros_like(v) if k.endswith(("attention.wo.weight", "feed_forward.w2.weight")) else v.copy())
+                 for k, v in model.state_dict().items()}
+        state["norm.weight"][:] = 1
+        state["output.weight"][end] = 100 * state["tok_embeddings.weight"][start[-1]]
+        forced = Transformer(config, seed=0)
+        forced.load_state_dict(state)
+        (only,) = list(generate(forced, ours, prompt, max_new_tokens=5, temperature=0))
+        assert (only.id, only.finish, only.text) == (end, "eot", "")

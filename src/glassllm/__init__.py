@@ -10,6 +10,8 @@ __version__ = "0.1.0"
 
 def show(prompt: str, model=None, tokenizer=None, **options):
     """The inspector for ``prompt``, inline in a notebook: see :func:`glassllm.inspector.notebook.show`."""
-    from .inspector.notebook import show as show_inline   # the application layer, imported only when asked for
+    # A call into the application layer (the inspector), looked up when called, as glassllm.inspector's own
+    # lazy names are: importing glassllm imports nothing but this file.
+    import importlib
 
-    return show_inline(prompt, model, tokenizer, **options)
+    return importlib.import_module("glassllm.inspector.notebook").show(prompt, model, tokenizer, **options)

@@ -34,6 +34,9 @@ COMMANDS = {
     "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
 }
 
+# Commands that run the model step after step: freed activations stay mapped for reuse (glassllm.heap).
+KEEP_FREED_MEMORY = ("train", "eval", "generate", "inspect")
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: the problem and where to look, not the whole usage block."""
@@ -75,6 +78,9 @@ def main(argv=None) -> int:
         return 2
     import numpy as np
 
+    if args.command in KEEP_FREED_MEMORY:
+        from .heap import keep_freed_memory
+        keep_freed_memory()
     try:
         # NumPy's overflow warnings would only add noise: a NaN or an infinity that matters is
         # caught where it arises and reported as one line (generate, eval, train check for them).

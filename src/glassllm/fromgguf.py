@@ -196,7 +196,8 @@ def read_gguf(path):
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as e:
             raise ValueError(f"{where}: tensor {t.name!r} cannot be read ({_one_line(e)})") from None
-        state[names[t.name]] = np.asarray(w, dtype=np.float32).reshape(tuple(int(n) for n in reversed(t.shape)))
+        shape = tuple(int(n) for n in reversed(t.shape))                        # GGML lists the inner size first
+        state[names[t.name]] = np.asarray(w, dtype=np.float32).reshape(shape)  # (out, in) or (C,)
     if "output.weight" not in state and "tok_embeddings.weight" in state:
         state["output.weight"] = state["tok_embeddings.weight"]                 # tied head
     return config, state, tokenizer

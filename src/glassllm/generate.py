@@ -45,10 +45,12 @@ The policies this module fixes (each is tested):
   ``ValueError`` and a ``TypeError``), in one line, before any model work.
 
 Two ways to run the model, tested equal to float32 rounding (the same caveat
-for sampled tokens): the module path (``model(tokens, cache)``, whose
-snapshots an attached tracer sees) and a lean NumPy path
-(:mod:`glassllm.fastdecode`). ``fast=None`` picks the lean one unless a tracer
-is attached -- checked at every step -- so tracing always sees the real forward.
+for sampled tokens): the model's own forward (``model(tokens, cache)``, whose
+snapshots an attached tracer sees) and the lean decoder, a kernel
+(:mod:`glassllm.kernels.decode`). ``fast=None`` asks the kernel dispatcher
+before every step, which picks the lean one unless a tracer is attached or
+kernels are switched off (``glassllm.kernels.disabled()``), so tracing always
+sees the real forward.
 A batch costs as its longest prompt: every row is padded to it, so group
 prompts of similar lengths.
 """
@@ -62,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .autograd import no_grad
 from .nn import Transformer
 from .tokenizing import TextTokenizer
@@ -78,7 +81,7 @@ class Token:
     """One generated token.
 
     ``id``        the token id.
-    ``piece``     its readable text (:meth:`Tokenizer.piece`; ``""`` without a tokenizer).
+    ``piece``     its readable text (the tokenizer's ``piece``; ``""`` without a tokenizer).
     ``text``      what it adds to the decoded text: a token that ends inside a
                   multi-byte character adds ``""`` and the next one adds the
                   whole character; ``""`` for ``<|endoftext|>``. A row's last
@@ -194,9 +197,9 @@ def generate(model: Transformer, tokenizer, prompt, max_new_tokens: int = 128, t
     records have no text and ``<|endoftext|>`` does not stop generation).
     prompt: a str or a sequence of ids. ``seed``: an int or a ``np.random.Generator``.
     ``alternatives``: how many of the model's most likely ids to attach to each
-    record as ``top``. ``fast``: None = lean NumPy path unless a tracer is
-    attached; False = always the module path; True = lean path (an error if a
-    tracer is attached). Policies: see the module docstring.
+    record as ``top``. ``fast``: None = the lean decoder when the kernel
+    dispatcher allows it (no tracer attached, kernels on); False = always the
+    model's forward; True = the lean decoder (an error if a tracer is attached). Policies: see the module docstring.
 
     Every parameter is checked here, eagerly: a bad one raises ``ValueError``
     at the call, before any model work -- not at the first ``next()``.
@@ -270,8 +273,6 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
 
 def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rngs, alternatives, fast
             ) -> Iterator[Token]:
-    from .fastdecode import FastDecoder
-
     B = len(ids)
     lengths = np.array([len(x) for x in ids])
     longest = int(lengths.max())
@@ -290,9 +291,9 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        if fast is not False and model._tracer is None:
+        if kernels.lean_decoding(model) if fast is None else (fast and model._tracer is None):
             if lean is None:
-                lean = FastDecoder(model)
+                lean = kernels.FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position
         else:
             with no_grad():

@@ -118,6 +118,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .tokenizer import _CONTROL_ESCAPES
 from .tokenizing import TextTokenizer
 
 __all__ = ["SPTokenizer", "SPACE", "TYPES", "KIND", "load_sentencepiece_model"]
@@ -318,16 +319,13 @@ class SPTokenizer(TextTokenizer):
         surrounding whitespace and encoded with :meth:`encode_prompt`'s rule
         (``<s>`` first), as llama2.c prepared its training stories.
         """
-        from .tokenizer import _documents
-
         out: list[int] = []
-        for text, _ in _documents(text_or_paths, (DOC_SEPARATOR,)):
-            for doc in text.split(DOC_SEPARATOR):
-                doc = doc.strip()
-                if doc:
-                    if self._add_bos:
-                        out.append(self._bos)
-                    self._encode_ordinary(doc, True, out)
+        for doc in _stories(text_or_paths):
+            doc = doc.strip()
+            if doc:
+                if self._add_bos:
+                    out.append(self._bos)
+                self._encode_ordinary(doc, True, out)
         return np.array(out, dtype=np.uint16)
 
     # -- decoding ------------------------------------------------------------------
@@ -373,12 +371,13 @@ class SPTokenizer(TextTokenizer):
         return b"".join(self.token_bytes(i, ids[k - 1] if k else None) for k, i in enumerate(ids))
 
     def piece(self, token_id: int) -> str:
-        """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``)."""
+        """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``), control
+        characters shown as escapes (``\\n``) so that they neither move the cursor nor vanish."""
         (i,) = self._check_ids([token_id])
-        return self._pieces[i]
+        return self._pieces[i].translate(_CONTROL_ESCAPES)
 
     def pieces(self, ids) -> list[str]:
-        return [self._pieces[i] for i in self._check_ids(ids)]
+        return [self._pieces[i].translate(_CONTROL_ESCAPES) for i in self._check_ids(ids)]
 
     # -- properties ------------------------------------------------------------------
 
@@ -673,6 +672,34 @@ class SPTokenizer(TextTokenizer):
             raise ValueError(f"{where}: user-defined piece {user[0]!r} is not supported; expected none")
         fallback = bool(trainer.get(35, [0])[0])
         return cls(pieces, add_bos=add_bos, add_dummy_prefix=bool(norm.get(3, [1])[0]), byte_fallback=fallback)
+
+
+def _stories(text_or_paths):
+    """The documents of a str, a path, or a list of them: each file or str, cut at ``<|endoftext|>``.
+
+    Files are read in blocks (:func:`glassllm.tokenizer._read_blocks`); a story that runs across two
+    blocks is joined again before it is yielded.
+    """
+    import os
+
+    from .tokenizer import _files, _is_path, _read_blocks
+
+    items = [text_or_paths] if isinstance(text_or_paths, (str, os.PathLike)) else text_or_paths
+    if isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
+        raise TypeError(f"expected text, a path, or an iterable of them, got {type(text_or_paths).__name__}")
+    for item in items:
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and _is_path(item)):
+            for file in _files(item):
+                pending = ""
+                for block in _read_blocks(file, (DOC_SEPARATOR,)):
+                    parts = (pending + block).split(DOC_SEPARATOR)
+                    pending = parts.pop()                                # may continue in the next block
+                    yield from parts
+                yield pending
+        elif isinstance(item, str):
+            yield from item.split(DOC_SEPARATOR)
+        else:
+            raise TypeError(f"expected a str of text or a path, got {type(item).__name__}")
 
 
 def load_sentencepiece_model(path, add_bos: bool = True) -> SPTokenizer:

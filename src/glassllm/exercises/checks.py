@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import autograd as ag
+from ..kernels import attention, rms_norm
 from ..nn import Rotary, causal_mask
 
 SEED = 0
@@ -240,8 +241,8 @@ def check_attention_head(f) -> int:
         start = m - n
         on = f"q {_arr(q)}, k {_arr(k)}, v {_arr(v)}: {what}"
         out = _call(f, "attention_head", (q.copy(), k.copy(), v.copy()), on)
-        ref = ag.attention(q[None, None], k[None, None], v[None, None],
-                           causal_mask(n, m, start), 1 / np.sqrt(D)).data[0, 0]   # (n, D)
+        ref = attention(q[None, None], k[None, None], v[None, None],
+                        causal_mask(n, m, start), 1 / np.sqrt(D)).data[0, 0]      # (n, D)
         _same_form(out, (n, D), q.dtype, "attention_head", on, "(n, D)")
         if not np.all(np.isfinite(out)):
             r = int(np.argwhere(~np.isfinite(out))[0][0])
@@ -359,7 +360,7 @@ def check_rms_norm(f) -> int:
     for what, x, w, eps in cases:
         on = f"x {_arr(x)}, weight {_arr(w)}, eps={eps:g}: {what}"
         out = _call(f, "rms_norm", (x.copy(), w.copy(), eps), on)
-        ref = ag.rms_norm(x, w, eps).data
+        ref = rms_norm(x, w, eps).data
         _same_form(out, x.shape, x.dtype, "rms_norm", on, "the shape of x")
         if not np.all(np.isfinite(out)):
             rows_x, rows_out = x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])   # (rows, C) each

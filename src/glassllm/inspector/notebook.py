@@ -9,8 +9,9 @@ Content-Security-Policy forbids every request. The frame is sandboxed (scripts
 only), so the page cannot reach the notebook around it.
 
 A notebook keeps its outputs, so the inline page holds fewer views than a
-``--html`` file by default: the attention snapshots and the residual stream
-(values and gradients), the next-token distribution, two greedy steps, and no
+``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
+weights, output) and each block's output on the residual stream, values and
+gradients; the next-token distribution; two greedy steps; and no
 interventions (``interventions=True`` adds them). A view that is left out says
 so, and ``glassllm inspect`` shows it.
 
@@ -38,8 +39,7 @@ __all__ = ["INLINE_NAMES", "InlineView", "show", "show_trace"]
 
 # The views an inline page holds by default (layer-local names), values and gradients.
 INLINE_NAMES = frozenset({
-    "attn.q", "attn.k", "attn.v", "attn.scores", "attn.mask", "attn.softmax", "attn.mix", "attn.out",
-    "resid_pre", "resid_mid", "resid_post", "probs",
+    "attn.q", "attn.k", "attn.v", "attn.scores", "attn.mask", "attn.softmax", "attn.out", "resid_post",
 })
 
 

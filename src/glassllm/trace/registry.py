@@ -196,7 +196,7 @@ DESCRIPTIONS = {
     "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
     "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
     "attn.head_out": "each head's share of the output: its slice of `mix` @ its slice of `wo.T`; "
-                     "they sum to `out` (computed only when traced)",
+                     "they sum to `out`",
     "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
     "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
     "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
