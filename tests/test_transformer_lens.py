@@ -181,7 +181,7 @@ def test_a_hook_under_backward_matches_a_transformer_lens_hook(ours, raw):
         ("hook_embed", keep), ("blocks.0.attn.hook_v", keep), ("blocks.0.attn.hook_z", scale_z)])
     loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(targets))
     loss.backward()
-    assert t.loss == pytest.approx(float(loss), rel=1e-5)
+    assert t.loss == pytest.approx(float(loss.detach()), rel=1e-5)
     np.testing.assert_allclose(t.get("logits"), _np(logits[0]), **TOL)
     np.testing.assert_allclose(t.grad("embed"), _np(kept["hook_embed"].grad[0]), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(t.grad("attn.v", layer=0), _np(kept["blocks.0.attn.hook_v"].grad[0]).swapaxes(0, 1),
