@@ -35,12 +35,16 @@ from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
-from .schema import AttributionRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
+from .schema import (
+    AttributionRequest, HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown,
+)
 
-__all__ = ["Inspector", "encode_array"]
+__all__ = ["Inspector", "encode_array", "pool"]
 
 # Axis letters that select a head; the slice keeps the two axes after it.
 HEAD_AXES = ("H", "G")
+# The head grid's thumbnails hold at most this many rows and columns; longer prompts are averaged in blocks.
+THUMB_CELLS = 64
 # Which snapshot names (without their layer prefix) the page groups under which heading.
 GROUPS = (
     ("residual stream", ("resid_pre", "resid_mid", "resid_post", "embed")),
@@ -57,7 +61,7 @@ def encode_array(a: np.ndarray) -> dict:
     page shows exactly the numbers the tracer recorded.
     """
     a = np.asarray(a)
-    kinds = {"f": {4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
+    kinds = {"f": {2: "float16", 4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
     dtype = kinds.get(a.dtype.kind, {}).get(a.dtype.itemsize)
     if dtype is None:
         a, dtype = a.astype(np.float64), "float64"
@@ -86,12 +90,17 @@ class Inspector:
     """Answers the page's requests for one model.
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
-    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece); ``limits``: what one request may cost
-    (the prompt is capped to fit the context). Thread-safe: one lock guards the model.
+    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece);
+    ``limits``: what one request may cost
+    (the prompt is capped to fit the context); ``timeline``: the :class:`~glassllm.timeline.Timeline`
+    of the run that trained it, if there is one (the page's Training tab). Thread-safe: one lock guards the model.
     """
 
+    timeline = None                 # the run's Timeline, if the model has one
+    _timeline_answer = None         # its answer, made once
+
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache_size: int = 4):
+                 cache_size: int = 4, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -105,6 +114,11 @@ class Inspector:
         self._steps: OrderedDict = OrderedDict()
         self._cache_size = cache_size
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
+        if timeline is not None and timeline.config != model.config:
+            raise ValueError(f"the timeline was recorded for another model shape ({timeline.config}) than this "
+                             f"model's ({model.config})")
+        self.timeline = timeline
+        self._timeline_answer = None
 
     # ------------------------------------------------------------------ names
     def local_names(self) -> list[str]:
@@ -159,6 +173,8 @@ class Inspector:
             "eot_id": _eot(self.tokenizer),
             "end_ids": list(self.tokenizer.end_ids),
             "tokenizer": self.tokenizer.kind,
+            "timeline": None if self.timeline is None else {
+                "steps": len(self.timeline.steps), "last": self.timeline.steps[-1], "tokens": len(self.timeline.ids)},
             "limits": {"max_prompt_tokens": self.limits.max_prompt_tokens,
                        "max_new_tokens": self.limits.max_new_tokens, "max_cells": self.limits.max_cells},
         }
@@ -272,6 +288,58 @@ class Inspector:
             "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None,
         }
         return out
+
+    # ------------------------------------------------------------------ the head grid
+    def heads(self, req: HeadsRequest) -> dict:
+        """Every layer's and head's ``attn.softmax`` (or its gradient) of the prompt's pass, as thumbnails.
+
+        ``values``: (L, H, r, c) float32, the (n, n) patterns averaged over f x f blocks of query and key
+        positions (f = ceil(n / 64), so r = c = ceil(n / f); f = 1 keeps every cell); ``masked``: (L, r, c),
+        1 where every cell of a block is a forbidden key. The masked cells of ``values`` are 0.
+        """
+        if req.target is not None and not req.grad:
+            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
+        if req.target is not None and req.target >= self.config.vocab_size:
+            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        ids = self.encode(req.prompt)
+        self._check_intervention(req.intervention, len(ids))
+        run = self._run_for(ids, 0, req.intervention, req.target if req.grad else None, req.grad)
+        L, n = self.config.n_layers, len(ids)
+        f = -(-n // THUMB_CELLS)
+        weights, masks = [], []
+        for layer in range(L):
+            a = run.get(f"layers.{layer}.attn.softmax", None, req.grad)               # (H, n, n)
+            mask = run.get(f"layers.{layer}.attn.mask", None, False)                 # (n, n) True = forbidden
+            pooled, blocked = pool(a, mask, f)
+            weights.append(pooled)
+            masks.append(blocked)
+        return {"layers": L, "heads": self.config.n_heads, "n": n, "block": f, "grad": req.grad,
+                "pieces": [self._vocab[i] for i in ids],
+                "values": encode_array(np.stack(weights).astype(np.float32)),       # (L, H, r, r)
+                "masked": encode_array(np.stack(masks).astype(np.uint8)),           # (L, r, r)
+                "target": run.target if req.grad else None,
+                "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None}
+
+    # ------------------------------------------------------------------ the training timeline
+    def timeline_view(self) -> dict:
+        """The run's probe history for the Training tab (see :mod:`glassllm.timeline`).
+
+        ``attn`` (S, L, H, n, n) and ``probs`` (S, V) travel as float16 (as the file stores them),
+        ``induction`` (S, L, H) as float32; ``rows``, ``history`` and ``steps`` as the file has them.
+        """
+        tl = self.timeline
+        if tl is None:
+            raise ValueError("this model has no training timeline (train with --timeline-points, or open "
+                             "a run folder with --run)")
+        if self._timeline_answer is None:
+            self._timeline_answer = {
+                "ids": tl.ids, "pieces": [self._vocab[i] for i in tl.ids], "period": tl.period,
+                "steps": tl.steps, "rows": tl.rows, "history": tl.history,
+                "attn": encode_array(tl.attn.astype(np.float16)),                 # (S, L, H, n, n)
+                "probs": encode_array(tl.probs.astype(np.float16)),               # (S, V)
+                "induction": encode_array(tl.induction.astype(np.float32)),       # (S, L, H)
+            }
+        return self._timeline_answer
 
     # ------------------------------------------------------------------ next token
     def next_token(self, req: NextRequest) -> dict:
@@ -420,6 +488,31 @@ class Inspector:
                 raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
                                  f"{len(passes) - 1}; there is no step {step}")
             return passes[step]
+
+
+def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average (..., n, m) ``a`` over f x f blocks, leaving out the cells ``mask`` (n, m) forbids.
+
+    Returns the (..., r, c) means (r = ceil(n / f), c = ceil(m / f); 0 where a whole block is masked)
+    and the (r, c) blocks that are masked throughout.
+
+    >>> a = np.arange(16.0).reshape(4, 4); m = np.triu(np.ones((4, 4), bool), 1)
+    >>> pool(a, m, 2)[0].tolist(), pool(a, m, 2)[1].tolist()
+    ([[3.0, 0.0], [10.5, 13.0]], [[False, True], [False, False]])
+    """
+    if f == 1:
+        return np.where(mask, 0, a), mask.copy()
+    n, m = mask.shape
+    r, c = -(-n // f), -(-m // f)
+    keep = np.zeros((r * f, c * f))
+    keep[:n, :m] = ~mask
+    grid = np.zeros(a.shape[:-2] + (r * f, c * f))
+    grid[..., :n, :m] = np.where(mask, 0, a)
+    keep = keep.reshape(r, f, c, f)                                        # (r, f, c, f)
+    grid = grid.reshape(a.shape[:-2] + (r, f, c, f))                      # (..., r, f, c, f)
+    count = keep.sum(axis=(1, 3))                                         # (r, c)
+    total = grid.sum(axis=(-3, -1))                                       # (..., r, c)
+    return np.where(count > 0, total / np.maximum(count, 1), 0), count == 0
 
 
 def _group(local: str) -> str:

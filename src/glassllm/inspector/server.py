@@ -9,6 +9,8 @@ Routes, and nothing else::
     POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
     POST /api/snapshot  one slice of one snapshot (see schema.SnapshotRequest)
     POST /api/next      the next-token logits, survivors, before/after an intervention
+    POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
+    POST /api/timeline  {} -> the training run's probe history (when the model has one)
 
 The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
@@ -48,7 +50,10 @@ from starlette.requests import ClientDisconnect
 from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
-from .schema import AttributionRequest, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+from .schema import (
+    AttributionRequest, HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
+    describe_validation_error,
+)
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
 
@@ -97,15 +102,16 @@ def _secured(response: Response) -> Response:
     return response
 
 
-def create_app(inspector: Inspector, prompt: str | None = None, access: Access | None = None) -> FastAPI:
+def create_app(inspector: Inspector, prompt: str | None = None, access: Access | None = None,
+               tab: str | None = None) -> FastAPI:
     """The FastAPI app serving ``inspector``.
 
-    ``prompt``: the prompt the page opens with.
+    ``prompt``: the prompt the page opens with; ``tab``: the tab it opens on (``"training"`` for a run).
     ``access``: the token and the server's own host names (default: no token, loopback names only).
     """
     access = access or Access(token=None, hosts=own_hosts("127.0.0.1"))
     assets = read_assets()
-    info_cache = {**inspector.info(), "prompt": prompt}
+    info_cache = {**inspector.info(), "prompt": prompt, "tab": tab}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
     app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False)
@@ -217,6 +223,14 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
     @app.post("/api/next")
     def next_token(req: NextRequest):
         return inspector.next_token(req)
+
+    @app.post("/api/heads")
+    def heads(req: HeadsRequest):
+        return inspector.heads(req)
+
+    @app.post("/api/timeline")
+    def timeline(req: TimelineRequest):
+        return inspector.timeline_view()
 
     @app.post("/api/lens")
     def lens(req: PromptRequest):
