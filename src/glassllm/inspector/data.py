@@ -16,18 +16,26 @@ Three kinds of answer, one per request type of :mod:`glassllm.inspector.schema`:
   ``softmax(logits / T)`` live), the ids that survive top-k / top-p
   (:mod:`glassllm.sampling`), and, with an intervention, the logits before and after.
 
-Forward passes are traced with :mod:`glassllm.trace` and kept in a small
-least-recently-used cache, so switching layer, head or snapshot only slices
-arrays that are already computed. Decoding steps come from
-:func:`glassllm.generate.generate` (greedy, module path, KV cache), traced the same way.
+Forward passes are traced with :mod:`glassllm.trace`, always with the
+gradients of the next-token loss, and kept in a :class:`~glassllm.inspector.cache.TraceCache`
+(bounded in bytes, least recently used out first) under a key of the model's
+digest, the prompt's ids, the intervention and the gradient's target: switching
+layer, head, snapshot or value/gradient only slices arrays that are already
+computed, and identical requests that arrive together are computed once.
+Decoding steps come from :func:`glassllm.generate.generate` (greedy, module
+path, KV cache), traced the same way, a few steps ahead.
+
+Requests may come from many threads at once: each thread that computes runs
+its own copy of the model, which shares the weights' arrays (a tracer attaches
+to a model, so two traces cannot share one).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -35,6 +43,7 @@ from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
+from .cache import TraceCache, model_digest, nbytes
 from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
 
 __all__ = ["Inspector", "encode_array"]
@@ -87,11 +96,13 @@ class Inspector:
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
     :class:`~glassllm.tokenizer.Tokenizer`; ``limits``: what one request may cost
-    (the prompt is capped to fit the context). Thread-safe: one lock guards the model.
+    (the prompt is capped to fit the context); ``cache``: where traced passes are
+    kept (default: a new :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb``
+    MB). Thread-safe: each computing thread runs its own copy of the model.
     """
 
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache_size: int = 4):
+                 cache: TraceCache | None = None, cache_mb: float = 512):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -100,10 +111,11 @@ class Inspector:
         self.limits = (limits or Limits()).fit(model.config.max_seq_len)
         self.meta = dict(meta or {})
         self.axes = registry(model)                             # full name -> axis letters, forward order
-        self._lock = threading.Lock()
-        self._runs: OrderedDict = OrderedDict()
-        self._steps: OrderedDict = OrderedDict()
-        self._cache_size = cache_size
+        if isinstance(cache_mb, bool) or not isinstance(cache_mb, (int, float)) or not cache_mb >= 0:
+            raise ValueError(f"cache_mb must be a number >= 0, got {cache_mb!r}")
+        self.cache = cache if cache is not None else TraceCache(int(cache_mb * 2**20))
+        self.model_key = model_digest(model)
+        self._local = threading.local()
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
 
     # ------------------------------------------------------------------ names
@@ -343,46 +355,43 @@ class Inspector:
                              f"{self.config.max_seq_len} positions")
         return self._step_run(ids, step)
 
+    def _replica(self):
+        """This thread's copy of the model: its own modules (and tracer slot), the model's weight arrays."""
+        model = getattr(self._local, "model", None)
+        if model is None:
+            shared = {id(p.data): p.data for p in self.model.parameters()}
+            model = self._local.model = copy.deepcopy(self.model, shared)
+        return model
+
     def _prompt_run(self, ids, iv, target, grad) -> _Run:
-        key = (tuple(ids), None if iv is None else iv.model_dump_json(), target if grad else None, grad)
-        with self._lock:
-            if key in self._runs:
-                self._runs.move_to_end(key)
-                return self._runs[key]
-            if not grad:
-                # A run with gradients also holds every value: reuse it.
-                for k, run in self._runs.items():
-                    if k[:2] == key[:2]:
-                        return run
-            if grad and target is None:
-                # The model's own top choice, from the plain run (cached, or made and cached here).
-                plain_key = key[:2] + (None, False)
-                if plain_key not in self._runs:
-                    self._runs[plain_key] = _trace_prompt(self.model, ids, iv, False, None)
-                target = int(np.argmax(self._runs[plain_key].logits))
-            run = _trace_prompt(self.model, ids, iv, grad, target)
-            self._runs[key] = run
-            while len(self._runs) > self._cache_size:
-                self._runs.popitem(last=False)
-            return run
+        """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
+        key = (self.model_key, "prompt", tuple(ids), None if iv is None else iv.model_dump_json(),
+               target if grad else None)
+
+        def compute():
+            model = self._replica()
+            top = target if grad and target is not None else None
+            if top is None:  # the model's own top choice, under the same intervention
+                top = int(np.argmax(_trace_prompt(model, ids, iv, False, None).logits))
+            return _trace_prompt(model, ids, iv, True, top)
+        return self.cache.get(key, compute, size=_run_bytes)
 
     def _step_run(self, ids, step) -> _Run:
-        key = tuple(ids)
-        with self._lock:
-            passes = self._steps.get(key)
-            if passes is None or len(passes) <= step:
-                # Recompute from the prompt, a few steps ahead, so stepping on is a cache hit.
-                want = min(max(step + 1, 2 * len(passes or ()), 8), self.limits.max_new_tokens + 1,
-                           self.config.max_seq_len - len(ids))
-                passes = _trace_decoding(self.model, self.tokenizer, ids, want)
-                self._steps[key] = passes
-                while len(self._steps) > self._cache_size:
-                    self._steps.popitem(last=False)
-            self._steps.move_to_end(key)
-            if step >= len(passes):
-                raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
-                                 f"{len(passes) - 1}; there is no step {step}")
-            return passes[step]
+        # Decode a few steps ahead (8, 16, 32 ... passes), so stepping on is a lookup.
+        want = min(max(8, 1 << step.bit_length()), self.limits.max_new_tokens + 1,
+                   self.config.max_seq_len - len(ids))
+        key = (self.model_key, "decode", tuple(ids), want)
+        passes = self.cache.get(key, lambda: _trace_decoding(self._replica(), self.tokenizer, ids, want),
+                                size=lambda runs: _run_bytes(runs[0]))
+        if step >= len(passes):
+            raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
+                             f"{len(passes) - 1}; there is no step {step}")
+        return passes[step]
+
+
+def _run_bytes(run: _Run) -> int:
+    """Bytes a traced run holds: every step's values and gradients."""
+    return nbytes(*[(s.values, s.grads) for s in run.trace.steps])
 
 
 def _group(local: str) -> str:
