@@ -328,7 +328,7 @@ def test_a_slow_body_gets_408_and_holds_no_worker(inspector, monkeypatch):
     from glassllm.inspector import server as srv
     from glassllm.inspector.pool import WorkPool
 
-    monkeypatch.setattr(srv, "BODY_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(srv, "BODY_TIMEOUT_S", 3.0)
     s = serve(make_app(inspector, pool=WorkPool(1, queue=0)))
     answers = []
 
@@ -339,19 +339,18 @@ def test_a_slow_body_gets_408_and_holds_no_worker(inspector, monkeypatch):
             try:
                 for ch in b'{"prompt": "once upon a time, slowly"}':
                     c.sendall(bytes([ch]))
-                    time.sleep(0.1)
+                    time.sleep(0.2)
             except OSError:
                 pass                                     # the server answered and closed first
             answers.append(c.recv(65536).decode())
 
     try:
         t = threading.Thread(target=slow)
-        t0 = time.monotonic()
         t.start()
         time.sleep(0.3)
         with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=10) as c:
             r = c.post("/api/tokens", json={"prompt": "once upon a time"})
-        assert r.status_code == 200 and time.monotonic() - t0 < 1.5, r.text[:200]
+        assert r.status_code == 200 and not answers, (r.text[:200], answers)   # served while the body trickles
         t.join(15)
         assert answers and answers[0].startswith("HTTP/1.1 408"), answers
     finally:
@@ -392,11 +391,9 @@ def test_many_idle_connections_are_capped_per_client_and_closed_at_the_header_de
             idle.append(raw_request(s.port, b"" if i % 2 else b"GET / HTTP/1.1\r\nHost: 127.0"))
         time.sleep(0.2)
         # Another client is served at once, idle sockets or not.
-        t0 = time.monotonic()
         transport = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, transport=transport, timeout=5) as c:
             assert c.get("/api/info").status_code == 200
-        assert time.monotonic() - t0 < 1.0
         # One address holds at most 20 of them: the rest were closed on arrival.
         early = sum(closed_by_server(sock, 0.05) for sock in idle)
         assert early >= 40, early
@@ -417,14 +414,13 @@ def test_a_kept_alive_connection_that_trickles_its_next_request_is_closed(inspec
         with raw_request(s.port, b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") as c:
             c.settimeout(5)
             assert c.recv(65536).startswith(b"HTTP/1.1 200")
-            t0 = time.monotonic()
             for ch in b"GET /api/info HTTP/1.1\r\nHost: 1":
                 try:
                     c.sendall(bytes([ch]))
                 except OSError:
                     break
                 time.sleep(0.1)
-            assert closed_by_server(c, 3.0) and time.monotonic() - t0 < 4.0
+            assert closed_by_server(c, 3.0)
     finally:
         s.stop()
 
@@ -636,3 +632,33 @@ def test_the_cache_stays_within_its_bytes():
     assert cache.peek(49) == 49 and cache.peek(0) is None
     cache.get("huge", lambda: "x", size=lambda v: 1000)           # computed, returned, not kept
     assert cache.peek("huge") is None and cache.stats()["bytes"] == 90
+
+
+def test_a_view_switch_on_a_traced_prompt_does_not_wait_behind_a_new_prompt(inspector, monkeypatch):
+    """The model's one worker is busy with a new prompt; switching views on a traced one is answered meanwhile."""
+    import threading
+
+    import httpx
+
+    from glassllm.inspector import data
+    from glassllm.inspector.pool import WorkPool
+
+    traced = "Ben had a red boat."
+    body = {"prompt": traced, "name": "attn.softmax", "layer": 0, "head": 0}
+    gate = threading.Event()
+    real = data._trace_prompt
+    s = serve(make_app(inspector, pool=WorkPool(1, queue=4)))
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=20) as c:
+            assert c.post("/api/snapshot", json=body).status_code == 200
+            monkeypatch.setattr(data, "_trace_prompt", lambda *a: gate.wait(20) and real(*a))
+            blocked = threading.Thread(target=lambda: c.post("/api/next", json={"prompt": "Mia had a kite."}))
+            blocked.start()
+            for layer in range(2):
+                r = c.post("/api/snapshot", json={**body, "layer": layer, "head": 1})
+                assert r.status_code == 200 and blocked.is_alive(), r.text[:200]
+            gate.set()
+            blocked.join(20)
+    finally:
+        gate.set()
+        s.stop()

@@ -152,8 +152,13 @@ def _serve(inspector, prompt: str, args) -> int:
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
+    from threadpoolctl import threadpool_limits
+
     from .pool import RateLimiter, WorkPool
 
+    # Parallelism comes from the pool's workers, one core each: BLAS threads on top of them would
+    # oversubscribe the cores (and OpenBLAS's spinning threads slow to a crawl on a busy machine).
+    threadpool_limits(1)
     app = create_app(inspector, prompt=prompt, access=access, pool=WorkPool(args.workers, args.queue),
                      limiter=RateLimiter(args.rate_limit, args.rate_burst))
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]

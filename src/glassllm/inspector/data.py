@@ -36,6 +36,7 @@ import base64
 import contextlib
 import copy
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -116,6 +117,8 @@ class Inspector:
         self.cache = cache if cache is not None else TraceCache(int(cache_mb * 2**20))
         self.model_key = model_digest(model)
         self._local = threading.local()
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()      # prompt -> ids, the last 256 prompts
+        self._ids_lock = threading.Lock()
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
 
     # ------------------------------------------------------------------ names
@@ -176,7 +179,16 @@ class Inspector:
     # ------------------------------------------------------------------ tokens
     def encode(self, prompt: str) -> list[int]:
         """Prompt text -> ids (special tokens allowed, as ``glassllm generate`` does), length-checked."""
-        ids = self.tokenizer.encode(prompt, allowed_special="all")
+        with self._ids_lock:
+            ids = self._ids.get(prompt)
+            if ids is not None:
+                self._ids.move_to_end(prompt)
+        if ids is None:
+            ids = self.tokenizer.encode(prompt, allowed_special="all")
+            with self._ids_lock:
+                self._ids[prompt] = ids
+                while len(self._ids) > 256:                  # prompts are at most 20,000 characters
+                    self._ids.popitem(last=False)
         limit = self.limits.max_prompt_tokens
         if not ids:
             raise ValueError("prompt is empty: type at least one character")
@@ -363,30 +375,53 @@ class Inspector:
             model = self._local.model = copy.deepcopy(self.model, shared)
         return model
 
+    def _prompt_key(self, ids, iv, target, grad) -> tuple:
+        return (self.model_key, "prompt", tuple(ids), None if iv is None else iv.model_dump_json(),
+                target if grad else None)
+
+    def _decode_key(self, ids, step) -> tuple:
+        # Decode a few steps ahead (8, 16, 32 ... passes), so stepping on is a lookup.
+        want = min(max(8, 1 << step.bit_length()), self.limits.max_new_tokens + 1,
+                   self.config.max_seq_len - len(ids))
+        return (self.model_key, "decode", tuple(ids), want)
+
     def _prompt_run(self, ids, iv, target, grad) -> _Run:
         """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
-        key = (self.model_key, "prompt", tuple(ids), None if iv is None else iv.model_dump_json(),
-               target if grad else None)
-
         def compute():
             model = self._replica()
             top = target if grad and target is not None else None
             if top is None:  # the model's own top choice, under the same intervention
                 top = int(np.argmax(_trace_prompt(model, ids, iv, False, None).logits))
             return _trace_prompt(model, ids, iv, True, top)
-        return self.cache.get(key, compute, size=_run_bytes)
+        return self.cache.get(self._prompt_key(ids, iv, target, grad), compute, size=_run_bytes)
 
     def _step_run(self, ids, step) -> _Run:
-        # Decode a few steps ahead (8, 16, 32 ... passes), so stepping on is a lookup.
-        want = min(max(8, 1 << step.bit_length()), self.limits.max_new_tokens + 1,
-                   self.config.max_seq_len - len(ids))
-        key = (self.model_key, "decode", tuple(ids), want)
-        passes = self.cache.get(key, lambda: _trace_decoding(self._replica(), self.tokenizer, ids, want),
+        key = self._decode_key(ids, step)
+        passes = self.cache.get(key, lambda: _trace_decoding(self._replica(), self.tokenizer, ids, key[-1]),
                                 size=lambda runs: _run_bytes(runs[0]))
         if step >= len(passes):
             raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
                              f"{len(passes) - 1}; there is no step {step}")
         return passes[step]
+
+    def ready(self, req) -> bool:
+        """Can ``req`` be answered from passes already traced, without running the model? (A quick guess
+        from dictionaries, no tokenizing: the server sends such requests to a lane of their own, so that
+        switching views never waits behind another prompt's forward pass.)"""
+        if not isinstance(req, (SnapshotRequest, NextRequest)):
+            return True                     # tokenizing: at most 20,000 characters, no model
+        with self._ids_lock:
+            ids = self._ids.get(req.prompt)
+        if ids is None:
+            return False
+        if isinstance(req, SnapshotRequest):
+            keys = [self._decode_key(ids, req.step) if req.step else
+                    self._prompt_key(ids, req.intervention, req.target, req.grad)]
+        elif isinstance(req, NextRequest):
+            keys = [self._decode_key(ids, req.step) if req.step else self._prompt_key(ids, None, None, False)]
+            if req.intervention is not None:
+                keys.append(self._prompt_key(ids, req.intervention, None, False))
+        return all(self.cache.peek(k) is not None for k in keys)
 
 
 def _run_bytes(run: _Run) -> int:

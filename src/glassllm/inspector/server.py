@@ -96,11 +96,13 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
 
     ``prompt``: the prompt the page opens with.
     ``access``: the token and the server's own host names (default: no token, loopback names only).
-    ``pool``: where the model's work runs (default: one worker per core, 32 waiting at most).
+    ``pool``: where the model's work runs (default: one worker per core, 32 waiting at most); requests
+    the trace cache can answer run on a second pool of the same size.
     ``limiter``: requests per second per client address (default: none; ``glassllm inspect`` sets one).
     """
     access = access or Access(token=None, hosts=own_hosts("127.0.0.1"))
     pool = pool or WorkPool()
+    lookups = WorkPool(pool.workers, pool.queue)             # answers from traced passes: slicing only
     assets = read_assets()
     info_cache = {**inspector.info(), "prompt": prompt}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
@@ -210,10 +212,13 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
         return _asset("style.css")
 
     # -- the API -----------------------------------------------------------------------
-    async def compute(fn, *args) -> Response:
-        """``fn(*args)`` on the work pool, its answer encoded there too: the event loop only moves bytes.
-        Every route that runs the model goes through here (503 when the pool and its queue are full)."""
-        body = await pool.run(lambda: _dumps(fn(*args)))
+    async def compute(fn, req) -> Response:
+        """``fn(req)`` on a work pool, its answer encoded there too: the event loop only moves bytes.
+        Every route that runs the model goes through here (503 when the pool and its queue are full).
+        A request the cache can answer (``inspector.ready``) goes to a lane of its own, so that a view
+        switch never waits behind another prompt's forward pass."""
+        lane = lookups if inspector.ready(req) else pool
+        body = await lane.run(lambda: _dumps(fn(req)))
         return Response(body, media_type="application/json")
 
     app.state.compute = compute
