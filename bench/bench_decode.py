@@ -4,7 +4,7 @@ Batch 1, a 16-token prompt plus 256 new tokens, greedy, float32, 1 thread
 (numpy's BLAS via threadpoolctl, torch via ``torch.set_num_threads``):
 
 - ``glassllm``: :func:`glassllm.generate.generate` end to end (records, probabilities
-  and all), on its default path -- the lean NumPy step of :mod:`glassllm.fastdecode`;
+  and all), on its default path -- the lean NumPy step of :mod:`glassllm.kernels.decode`;
 - ``glassllm_sampled``: the same with temperature 0.8 and top-k 40 (the cost of sampling);
 - ``glassllm_module``: the same API forced onto the module path (``fast=False``),
   the path a tracer sees;
@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # glassllm_testing.randomize: trained-like random weights
@@ -200,7 +201,7 @@ def breakdown(model, prompt, new: int, repeats: int) -> dict:
     """Per-token microseconds (medians of interleaved rounds; wall and CPU) of: generate()
     end to end, the lean step alone, the GEMMs of the lean step alone, the module step alone."""
     from glassllm.autograd import no_grad
-    from glassllm.fastdecode import FastDecoder
+    from glassllm.kernels import FastDecoder
 
     lean = FastDecoder(model)
     tok = np.array([[7]])
@@ -244,6 +245,7 @@ def breakdown(model, prompt, new: int, repeats: int) -> dict:
 
 
 def main(argv=None) -> int:
+    keep_freed_memory()  # freed activations stay mapped for the next step, as in the commands
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt-len", type=int, default=16)
     parser.add_argument("--new", type=int, default=256)

@@ -6,8 +6,8 @@ float32, 1 thread (numpy's BLAS via threadpoolctl, torch via ``set_num_threads``
 1. **Attention forward at 4,096 tokens** (batch 1, causal): time and the peak
    memory one call adds --
 
-   - ``glassllm_flash``: :func:`glassllm.flash.flash_attention` on q, k, v;
-   - ``glassllm_packed``: :func:`glassllm.flash.self_attention`, the model's
+   - ``glassllm_flash``: :func:`glassllm.kernels.flash_attention` on q, k, v;
+   - ``glassllm_packed``: :func:`glassllm.kernels.self_attention`, the model's
      path, from the packed projections with RoPE inside;
    - ``torch_sdpa``: ``scaled_dot_product_attention(is_causal=True, enable_gqa=True)``;
    - ``glassllm_dense`` (memory only): the fused dense op, which holds the
@@ -22,7 +22,7 @@ float32, 1 thread (numpy's BLAS via threadpoolctl, torch via ``set_num_threads``
    the step, against the size of ONE head's T x T float32 matrix (16 MiB) and
    of the H x T x T probabilities a dense step keeps per layer.
 
-4. ``--tune``: the block sizes of :mod:`glassllm.flash` (``BLOCK_Q``,
+4. ``--tune``: the block sizes of :mod:`glassllm.kernels.flash` (``BLOCK_Q``,
    ``BLOCK_K``, ``TILE_BYTES``) swept on the 4,096-token forward and on the
    16 x 256 training-shape forward + backward.
 
@@ -52,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -101,7 +102,7 @@ def model_pair(T: int, seed: int = 0, torch_too: bool = True):
 
 def attention_runs(T: int, names):
     from glassllm import autograd as ag
-    from glassllm.flash import flash_attention, self_attention
+    from glassllm.kernels import attention, flash_attention, self_attention
 
     q, k, v, qkv, cos, sin = attention_inputs(T)
     scale = 1.0 / np.sqrt(D)
@@ -121,7 +122,7 @@ def attention_runs(T: int, names):
 
             def run():
                 with ag.no_grad():
-                    return ag.attention(q, k, v, mask, scale).data
+                    return attention(q, k, v, mask, scale).data
         elif name == "torch_sdpa":
             import torch
             tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
@@ -289,9 +290,9 @@ def traced_peak_train_step(T: int) -> dict:
 
 
 def tune(repeats: int) -> dict:
-    """Block sizes of glassllm.flash on the two shapes that matter; medians in seconds."""
+    """Block sizes of glassllm.kernels.flash on the two shapes that matter; medians in seconds."""
     from glassllm import autograd as ag
-    from glassllm import flash
+    from glassllm.kernels import flash
 
     q, k, v, qkv, cos, sin = attention_inputs(4096)
     rng = np.random.default_rng(1)
@@ -327,6 +328,7 @@ def tune(repeats: int) -> dict:
 # ----------------------------------------------------------------------------
 
 def main(argv=None) -> int:
+    keep_freed_memory()  # freed activations stay mapped for the next step, as in the commands
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
         return 0
@@ -334,7 +336,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seq", type=int, default=4096, help="forward length (attention and model)")
     parser.add_argument("--train-seq", type=int, default=2048, help="training-step context")
     parser.add_argument("--repeats", type=int, default=5, help="timed interleaved rounds")
-    parser.add_argument("--tune", action="store_true", help="also sweep glassllm.flash block sizes")
+    parser.add_argument("--tune", action="store_true", help="also sweep glassllm.kernels.flash block sizes")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "bench_longctx.json"))
     args = parser.parse_args(argv)
     if args.seq < 64 or args.train_seq < 128 or args.repeats < 1:
@@ -343,7 +345,7 @@ def main(argv=None) -> int:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from glassllm import flash
+    from glassllm.kernels import flash
 
     torch.set_num_threads(1)
     load_before = os.getloadavg()
@@ -421,7 +423,7 @@ def main(argv=None) -> int:
             for name, s in report["tune_median_s"].items():
                 print(f"  {name:40s} {s * 1e3:8.1f} ms")
 
-    # The issue's targets: a 4,096-token forward (the model's, PyTorch's with SDPA the reference)
+    # The targets: a 4,096-token forward (the model's, PyTorch's with SDPA the reference)
     # adds no more memory, and the attention takes at most twice SDPA's time.
     att = report["attention_forward"]
     met = {"forward_memory": report["model_forward"]["memory_ratio_vs_torch"] <= TARGETS["forward_memory_vs_sdpa"],

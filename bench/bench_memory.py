@@ -14,7 +14,7 @@ Reported per implementation (medians over ``--runs`` fresh processes, run in
 alternation): the process's peak resident set (``VmHWM``) over the whole run,
 its resident set once everything is built (``VmRSS`` before the first step,
 mostly the imported libraries), and what the steps add on top of that. The
-issue's target compares the peaks: glassllm's must not exceed PyTorch's.
+target compares the peaks: glassllm's must not exceed PyTorch's.
 
 Run from the repository root::
 
@@ -54,9 +54,12 @@ def child(name: str, batch: int, seq: int, steps: int) -> dict:
     rng = np.random.default_rng(0)
     if name == "glassllm":
         from glassllm.config import ModelConfig
+        from glassllm.heap import keep_freed_memory
         from glassllm.nn import Transformer
         from glassllm.optim import AdamW
         from glassllm.train import TrainConfig, train_step
+
+        keep_freed_memory()                    # as glassllm train does
 
         tc = TrainConfig(batch_size=batch, seq_len=seq)
         config = ModelConfig()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
@@ -84,6 +85,7 @@ def make_steps(model, twins, tokens, targets):
 
 
 def main(argv=None) -> int:
+    keep_freed_memory()  # freed activations stay mapped for the next step, as in the commands
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)

@@ -2,7 +2,7 @@
 
 One step of the default model at batch 16 x 256 (forward, cross-entropy,
 backward, clipping, AdamW), 1 BLAS thread. Every public op of
-:mod:`glassllm.autograd` and the attention entry points of :mod:`glassllm.flash`
+:mod:`glassllm.autograd` and the fused ops of :mod:`glassllm.kernels`
 are wrapped with a timer (``time.thread_time``: this thread's CPU time, so
 other jobs on a shared machine count less than in wall time), and so is each
 backward closure they record. The step runs ``--steps`` times; the fastest
@@ -27,6 +27,8 @@ import time
 
 import numpy as np
 
+from glassllm.heap import keep_freed_memory
+
 OPS = ["add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp", "log", "sqrt", "sigmoid", "silu",
        "softmax", "cross_entropy", "reshape", "transpose", "getitem", "embedding", "concatenate", "split",
        "masked_fill", "linear", "rms_norm", "rope", "attention", "swiglu"]
@@ -35,12 +37,12 @@ OPS = ["add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
 def instrument():
     """Wrap the ops; returns (forward seconds, backward seconds) counters keyed by op name."""
     from glassllm import autograd as ag
-    from glassllm import flash, nn
+    from glassllm.kernels import dense, flash, mlp, norm
 
     clock = time.thread_time
     fwd, bwd = collections.Counter(), collections.Counter()
     current = [None]
-    make = ag._make
+    make = ag.make_op
 
     def timed_make(data, parents, backward):
         name = current[0]
@@ -52,7 +54,7 @@ def instrument():
             return out
         return make(data, parents, timed_backward)
 
-    ag._make = flash._make = timed_make
+    ag.make_op = timed_make                   # every op, and every kernel, ends in ag.make_op
 
     def wrap(module, name):
         f = getattr(module, name)
@@ -72,13 +74,14 @@ def instrument():
     for name in OPS:
         if hasattr(ag, name):                 # (older versions lack some ops; profile what is there)
             wrap(ag, name)
-    for name in ("flash_attention", "self_attention"):
-        if hasattr(nn, name):
-            wrap(nn, name)
+    for module, name in ((dense, "attention"), (norm, "rms_norm"), (mlp, "swiglu"),
+                         (flash, "flash_attention"), (flash, "self_attention")):
+        wrap(module, name)                    # the kernels' fused ops, where the kernels look them up
     return fwd, bwd
 
 
 def main(argv=None) -> int:
+    keep_freed_memory()  # freed activations stay mapped for the next step, as in the commands
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--seq", type=int, default=256)

@@ -56,9 +56,9 @@ def randomize(model, rng: np.random.Generator):
 class TeachingTracer:
     """The smallest tracer: wants every snapshot and changes nothing.
 
-    Attaching it forces every module onto its teaching path (scores, mask and
-    softmax as separate tensors; RMSNorm spelled out), which must compute the
-    same numbers as the fused fast path. ``seen`` lists the names recorded and
+    Attaching it forces every layer onto its reference ``__call__`` (no kernel
+    runs: scores, mask and softmax as separate tensors; RMSNorm spelled out),
+    which must compute the same numbers as the kernels. ``seen`` lists the names recorded and
     ``values`` keeps a copy of each one's latest array (batch axis included).
     """
 

@@ -27,7 +27,7 @@ from numpy_step import NumpyStep  # noqa: E402
 
 
 @pytest.mark.parametrize("attention", ["dense", "tiled"])
-@pytest.mark.parametrize("T", [17, 130])  # 130 >= FLASH_MIN_QUERIES: glassllm's own tiled path
+@pytest.mark.parametrize("T", [17, 130])  # 130 >= kernels.FLASH_MIN_QUERIES: glassllm's own tiled path
 def test_hand_written_step_equals_glassllm_step(attention, T):
     config = ModelConfig(n_layers=2, max_seq_len=160)
     rng = np.random.default_rng(7)

@@ -233,7 +233,7 @@ def test_the_docs_show_each_solution_word_for_word_folded_away():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    page = (root / "docs" / "exercises.md").read_text(encoding="utf-8")
+    page = (root / "docs" / "exercises" / "index.md").read_text(encoding="utf-8")
     assert "pymdownx.details" in (root / "mkdocs.yml").read_text(encoding="utf-8")   # ??? folds
     folded = re.findall(r'^\?\?\? note "Solution"\n\n    ```python\n(.*?)\n    ```$', page, flags=re.S | re.M)
     shown = {re.match(r"def (\w+)", textwrap.dedent(block)).group(1): textwrap.dedent(block) for block in folded}
@@ -241,3 +241,15 @@ def test_the_docs_show_each_solution_word_for_word_folded_away():
     for name in EXERCISES:
         assert shown[name] == inspect.getsource(getattr(solutions, name)).rstrip("\n"), name
         assert f"glassllm check {name} --stub" in page
+
+
+def test_the_sample_message_on_the_exercises_page_is_the_checkers():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "exercises" / "index.md").read_text(encoding="utf-8")
+
+    def naive(x):
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+    message = check("softmax", naive).message
+    assert f"```text\n{message}\n```" in page, message

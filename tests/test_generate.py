@@ -20,7 +20,7 @@ from glassllm.autograd import no_grad
 from glassllm.checkpoint import save_model
 from glassllm.cli import main
 from glassllm.config import ModelConfig
-from glassllm.fastdecode import FastDecoder
+from glassllm.kernels import FastDecoder
 from glassllm.generate import Token, generate, generate_batch, generate_text
 from glassllm.nn import Transformer
 from glassllm.sampling import model_probs

@@ -532,7 +532,7 @@ def test_export_embeds_the_servers_answers_and_fetches_nothing(parts, small_mode
     live = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 3}).json()
     assert responses[key] == live
     kinds = {k.split(":", 1)[0] for k in responses}
-    assert kinds == {"tokens", "snapshot", "next"}
+    assert kinds == {"tokens", "snapshot", "next", "heads"}
     steps = {json.loads(k.split(":", 1)[1]).get("step", 0) for k in responses if k.startswith("next:")}
     assert steps == {0, 1, 2}
     assert responses['snapshot:{"grad":true,"layer":0,"name":"attn.mask","prompt":"%s"}' % PROMPT]["error"]

@@ -180,7 +180,7 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
         assert (shown["row"], shown["col"]) == (i, j)
         assert float(shown["value"]) == want[i, j]
         assert ("masked" in shown["text"]) == (j > i)
-    howto = page.locator("details.howto").inner_text()
+    howto = page.locator("#panel-heatmap details.howto").inner_text()
     assert all(w in howto for w in ("Axes first", "Masks next", "row sums", "ablate the head"))
     # Projected keys have two heads; attention weights four.
     page.select_option("#snapshot", "attn.k")
@@ -364,6 +364,23 @@ def test_exported_file_offline(browser, inspector, parts, tmp_path):
     idle(page)
     masked = page.evaluate("() => window.glass.heatmap.masked ? Array.from(window.glass.heatmap.masked) : null")
     assert page.is_visible("#view-error") or not any(masked or [])
+    # Lesson 11's experiment, offline: ablate a layer-0 head, then read layer 1 (and every head at once).
+    from glassllm.trace import ZeroAblate
+
+    page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 0, head: 2})")
+    page.evaluate("() => window.glass.select({name: 'attn.softmax', layer: 1, head: 2})")
+    idle(page)
+    assert page.is_hidden("#view-error") and page.is_visible("#compare")
+    ablated = traced(model, ids, interventions=[ZeroAblate(0, 2)])
+    np.testing.assert_array_equal(np.array(heatmap(page)["values"]).reshape(len(ids), len(ids)),
+                                  ablated.get("attn.softmax", layer=1, head=2))
+    page.evaluate("() => window.glass.tab('heads')")
+    idle(page)
+    assert page.is_hidden("#grid-error")
+    grid = np.array(page.evaluate("() => Array.from(window.glass.grid.values)")).reshape(4, 4, len(ids), len(ids))
+    np.testing.assert_array_equal(grid[3], np.where(np.triu(np.ones((len(ids), len(ids)), bool), 1), 0,
+                                                    ablated.get("attn.softmax", layer=3)))
+    page.evaluate("() => window.glass.tab('heatmap')")
     assert blocked == [] and errors == []
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "inspector-export.png"), full_page=True)

@@ -2,9 +2,8 @@
 
 The reference (``tests/torch_reference.py``) never imports glassllm.nn; weights
 are copied key for key and everything is compared in float64. Short blocks
-take the dense fused attention; blocks of ``FLASH_MIN_QUERIES`` or more new
-tokens take the tiled kernel when the package has one, so a long block is
-compared too.
+take the dense fused attention kernel; blocks of ``FLASH_MIN_QUERIES`` or more
+new tokens take the tiled kernel, so a long block is compared too.
 """
 
 from __future__ import annotations
@@ -17,13 +16,13 @@ import numpy as np
 import pytest
 
 from glassllm_testing import CONFIGS, TINY, TeachingTracer
-from glassllm import nn
 from glassllm.autograd import no_grad
 from glassllm.config import ModelConfig
+from glassllm.kernels import FLASH_MIN_QUERIES
 from glassllm.nn import Transformer, causal_mask
 
-# Long enough to take the tiled attention path, when there is one.
-LONG_N = getattr(nn, "FLASH_MIN_QUERIES", 128) + 9
+# Long enough to take the tiled attention kernel.
+LONG_N = FLASH_MIN_QUERIES + 9
 LONG = ModelConfig(vocab_size=61, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
                    max_seq_len=LONG_N + 16)
 

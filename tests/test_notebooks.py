@@ -45,6 +45,9 @@ def test_attention_notebook_runs_and_draws_its_figures():
 
     if bundled_model_path().exists():  # part 2 must then show the trained heads, not the fallback
         assert "the bundled model:" in text and "MISSING" not in text
+        # ... and the inspector inline: the offline page in a frame (tests/test_inspector_notebook.py draws one)
+        inline = [o for o in outputs if "glass-data" in o.get("data", {}).get("text/html", "")]
+        assert len(inline) == 1 and inline[0]["data"]["text/html"].startswith("<iframe")
 
 
 def test_committed_notebooks_carry_no_outputs():

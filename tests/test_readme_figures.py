@@ -76,7 +76,7 @@ def _product_documents() -> list[Path]:
 # What a document about the product has no reason to contain: the project's issue tracker, dated runs,
 # commit ids. (Dates of runs belong in the generated result files, bench/results*.)
 NOT_ABOUT_THE_PRODUCT = [
-    (re.compile(r"\bissues?\b|#\d+\b", re.IGNORECASE), "an issue"),
+    (re.compile(r"\bissues?\b|(?<![\w/.])#\d+\b(?!-)", re.IGNORECASE), "an issue"),   # not a link's #5-rmsnorm
     (re.compile(r"\b20\d\d-\d\d-\d\d"), "a date"),
     (re.compile(r"\bcommit [0-9a-f]{7,40}\b"), "a commit"),
 ]
@@ -96,3 +96,5 @@ def test_the_pattern_catches_what_it_is_for():
     samples = ["As issue #10 says", "the run of 2026-11-30", "before commit 996f832"]
     for sample, (pattern, _) in zip(samples, NOT_ABOUT_THE_PRODUCT):
         assert pattern.search(sample)
+    assert NOT_ABOUT_THE_PRODUCT[0][0].search("see #12 for the plan")
+    assert not NOT_ABOUT_THE_PRODUCT[0][0].search("[exercise 5](../exercises/index.md#5-rmsnorm)")

@@ -95,7 +95,8 @@ def test_verified_numbers_by_hand():
 def test_second_page_row_by_hand_matches_the_attention_op():
     """Seed 001's hand calculation: q=[1,0], keys [1,0],[0,1], values [10,0],[0,20] ->
     weights ~[0.670, 0.330], output ~[6.70, 6.60] -- through glassllm's fused attention."""
-    from glassllm.autograd import Tensor, attention
+    from glassllm.autograd import Tensor
+    from glassllm.kernels import attention
 
     q = Tensor(np.array([1.0, 0.0]).reshape(1, 1, 1, 2))
     k = Tensor(np.array([[1.0, 0.0], [0.0, 1.0]]).reshape(1, 1, 2, 2))

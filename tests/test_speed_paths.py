@@ -3,9 +3,10 @@
 The speed work added fused forms of things the teaching path spells out --
 stacked GEMMs (``linear(x, (wq, wk, wv))``), ``swiglu``, RoPE as one complex
 multiply, attention straight from the packed projections with RoPE inside
-(``flash.self_attention``), a softmax shift taken from a score bound instead
+(``kernels.flash.self_attention``), a softmax shift taken from a score bound instead
 of a running maximum, in-place cross-entropy and embedding gradients -- and
-the model uses them whenever no tracer looks inside. Each is compared here
+the model's kernels use them whenever no tracer looks inside (tests/test_kernels.py
+compares each kernel with the layer it replaces). Each is compared here
 with an independent form on the same inputs: float64 to 1e-12, float32 to
 1e-5 (relative to the largest entry). The last tests prove the memory claim:
 a training step at context 2,048 never holds a T x T buffer for a head.
@@ -23,10 +24,11 @@ import pytest
 
 from glassllm_testing import TeachingTracer, randomize
 from glassllm import autograd as ag
-from glassllm import flash
+from glassllm import kernels
 from glassllm.autograd import Tensor
 from glassllm.config import ModelConfig
-from glassllm.nn import FLASH_MIN_QUERIES, Transformer, causal_mask
+from glassllm.kernels import FLASH_MIN_QUERIES, flash
+from glassllm.nn import Transformer, causal_mask
 
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 
@@ -104,7 +106,7 @@ def test_swiglu_equals_silu_times_up(dtype):
     rng = np.random.default_rng(1)
     a = (rng.standard_normal((3, 4, 10)) * 4).astype(dtype)
     g = rng.standard_normal((3, 4, 5)).astype(dtype)
-    fused = grads_of(ag.swiglu, [a], g)
+    fused = grads_of(kernels.swiglu, [a], g)
     spelled = grads_of(lambda t: ag.silu(t[..., :5]) * t[..., 5:], [a], g)
     for name, got, want in zip(("out", "da"), fused, spelled):
         assert_close(got, want, dtype, name)
@@ -112,7 +114,7 @@ def test_swiglu_equals_silu_times_up(dtype):
 
 def test_swiglu_needs_an_even_last_axis():
     with pytest.raises(ValueError, match="even"):
-        ag.swiglu(Tensor(np.zeros((2, 5))))
+        kernels.swiglu(Tensor(np.zeros((2, 5))))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -225,7 +227,7 @@ def _spelled_self_attention(qkv, H, G, cos, sin, pad):
     mask = np.broadcast_to(causal_mask(n, n), (B, n, n))
     if pad is not None:
         mask = mask | (np.arange(n)[None, None, :] < pad[:, None, None])
-    mix = ag.attention(q, k, v, mask[:, None], 1.0 / np.sqrt(D))                # (B, H, n, D)
+    mix = kernels.attention(q, k, v, mask[:, None], 1.0 / np.sqrt(D))                # (B, H, n, D)
     return mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)
 
 
@@ -308,7 +310,7 @@ def test_flash_attention_after_a_cache_equals_dense(dtype):
     g = rng.standard_normal((B, H, n, D)).astype(dtype)
     mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))[:, None]
     tiled = grads_of(lambda q, k, v: flash.flash_attention(q, k, v, 0.4, start, None, 4, 8), arrays, g)
-    dense = grads_of(lambda q, k, v: ag.attention(q, k, v, mask, 0.4), arrays, g)
+    dense = grads_of(lambda q, k, v: kernels.attention(q, k, v, mask, 0.4), arrays, g)
     for name, got, want in zip(("out", "dq", "dk", "dv"), tiled, dense):
         assert_close(got, want, dtype, name)
 
@@ -394,7 +396,8 @@ def test_freed_activations_larger_than_a_gib_are_reused_without_page_faults():
     code = """
 import resource
 import numpy as np
-import glassllm.autograd  # applies keep_freed_memory on import
+from glassllm.heap import keep_freed_memory
+keep_freed_memory()
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -412,6 +415,14 @@ print(faults() - before)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     pages = (64 * 20 << 20) // 4096
     assert int(out.stdout) < pages // 100, f"{out.stdout.strip()} page faults re-touching {pages} freed pages"
+
+
+def test_importing_glassllm_leaves_malloc_alone():
+    """The malloc setting is an explicit call (the commands make it), never a side effect of an import."""
+    code = ("import glassllm.autograd, glassllm.nn, glassllm.kernels, glassllm.train, glassllm.generate, "
+            "glassllm.trace, glassllm.heap; print(glassllm.heap._applied)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "None"
 
 
 def test_keep_freed_memory_is_idempotent_and_can_be_declined():

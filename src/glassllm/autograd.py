@@ -11,10 +11,13 @@ its forward: to add an op you touch one place. A backward closure receives the
 gradient of the op's output and returns one gradient per input (``None`` for
 an input that needs none).
 
-Besides the textbook primitives there are a few *fused* ones -- ``linear``,
-``rms_norm``, ``rope``, ``attention`` and ``cross_entropy`` -- whose backward is
-derived by hand. They exist for speed and are tested equal to the same
-computation spelled out with the small primitives.
+Besides the textbook primitives there are a few whose backward is derived by
+hand -- ``linear`` (which may also take several weight matrices as one GEMM),
+``rope`` and ``cross_entropy`` -- tested equal to the same computation spelled
+out with the small primitives. Fused operations that exist only for speed
+(fused attention, RMSNorm, SwiGLU, tiled attention) are kernels: they live in
+:mod:`glassllm.kernels`, which builds them on :func:`as_tensor` and
+:func:`make_op`, the two public helpers for defining an op outside this module.
 
 dtype: float32 by default; float64 works everywhere (gradient checks use it).
 Python scalars never upcast a float32 tensor.
@@ -31,18 +34,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .heap import keep_freed_memory
-
-# Freed activations stay in the process for the next step (see glassllm.heap).
-keep_freed_memory()
-
 __all__ = [
-    "Tensor", "no_grad", "is_grad_enabled", "tensor", "softmax_np",
+    "Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op",
+    "softmax_np", "softmax_inplace", "sigmoid_np",
     "add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum", "mean", "exp",
-    "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "masked_softmax", "log_softmax",
+    "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
     "concatenate", "split", "repeat_interleave", "masked_fill", "where",
-    "linear", "rms_norm", "rope", "attention", "swiglu",
+    "linear", "rope", "rope_table", "rotate",
 ]
 
 
@@ -286,7 +285,9 @@ def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
 # Helpers
 # ----------------------------------------------------------------------------
 
-def _as_tensor(x, like: Tensor | None = None) -> Tensor:
+def as_tensor(x, like: Tensor | None = None) -> Tensor:
+    """``x`` as a Tensor: a Tensor is returned as is; an array or number is wrapped (as a constant),
+    taking ``like``'s floating dtype when given, so that a Python float never upcasts a float32 op."""
     if isinstance(x, Tensor):
         return x
     if x is None or isinstance(x, (str, bytes)):
@@ -297,13 +298,19 @@ def _as_tensor(x, like: Tensor | None = None) -> Tensor:
 
 def _pair(a, b) -> tuple[Tensor, Tensor]:
     if isinstance(a, Tensor):
-        return a, _as_tensor(b, a)
-    b = _as_tensor(b)
-    return _as_tensor(a, b), b
+        return a, as_tensor(b, a)
+    b = as_tensor(b)
+    return as_tensor(a, b), b
 
 
-def _make(data: np.ndarray, parents: tuple, backward) -> Tensor:
-    """Wrap an op's result; record the graph only when some input needs a gradient."""
+def make_op(data: np.ndarray, parents: tuple, backward) -> Tensor:
+    """Wrap an op's result ``data``; record the graph only when some input needs a gradient.
+
+    ``parents`` are the op's Tensor inputs; ``backward(g)`` receives the gradient
+    of the result and returns one gradient per parent (None where a parent needs
+    none). Every op in this module ends with it, and so do the kernels of
+    :mod:`glassllm.kernels`.
+    """
     out = Tensor(np.asarray(data))  # a full reduction gives a NumPy scalar; keep its dtype
     if _GRAD_MODE.enabled and any(p.requires_grad for p in parents):
         out.requires_grad = True
@@ -348,10 +355,10 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
-    return _softmax_inplace(x, axis, copy=True)
+    return softmax_inplace(x, axis, copy=True)
 
 
-def _softmax_inplace(s: np.ndarray, axis: int = -1, copy: bool = False) -> np.ndarray:
+def softmax_inplace(s: np.ndarray, axis: int = -1, copy: bool = False) -> np.ndarray:
     """Softmax of a float array, overwriting it (one temporary per row, not per entry).
 
     With ``copy`` the input is left alone: the shifted scores ``s - max`` are
@@ -388,7 +395,7 @@ def add(a, b) -> Tensor:
     def backward(g):
         return (_unbroadcast(g, a.shape) if _need(a) else None,
                 _unbroadcast(g, b.shape) if _need(b) else None)
-    return _make(a.data + b.data, (a, b), backward)
+    return make_op(a.data + b.data, (a, b), backward)
 
 
 def sub(a, b) -> Tensor:
@@ -397,7 +404,7 @@ def sub(a, b) -> Tensor:
     def backward(g):
         return (_unbroadcast(g, a.shape) if _need(a) else None,
                 _unbroadcast(-g, b.shape) if _need(b) else None)
-    return _make(a.data - b.data, (a, b), backward)
+    return make_op(a.data - b.data, (a, b), backward)
 
 
 def mul(a, b) -> Tensor:
@@ -406,7 +413,7 @@ def mul(a, b) -> Tensor:
     def backward(g):
         return (_unbroadcast(g * b.data, a.shape) if _need(a) else None,
                 _unbroadcast(g * a.data, b.shape) if _need(b) else None)
-    return _make(a.data * b.data, (a, b), backward)
+    return make_op(a.data * b.data, (a, b), backward)
 
 
 def div(a, b) -> Tensor:
@@ -416,20 +423,20 @@ def div(a, b) -> Tensor:
     def backward(g):
         return (_unbroadcast(g / b.data, a.shape) if _need(a) else None,
                 _unbroadcast(-g * out / b.data, b.shape) if _need(b) else None)
-    return _make(out, (a, b), backward)
+    return make_op(out, (a, b), backward)
 
 
 def neg(a) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
 
     def backward(g):
         return (-g,)
-    return _make(-a.data, (a,), backward)
+    return make_op(-a.data, (a,), backward)
 
 
 def pow(a, exponent: float) -> Tensor:
     """``a ** exponent`` for a constant (non-tensor) exponent."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if isinstance(exponent, Tensor) or not np.isscalar(exponent):
         raise TypeError(f"pow takes a scalar exponent, got {type(exponent).__name__}")
     exponent = float(exponent)
@@ -438,7 +445,7 @@ def pow(a, exponent: float) -> Tensor:
         if exponent == 0.0:                                              # d/dx x**0 = 0, also at x = 0
             return (np.zeros_like(g),)
         return (g * exponent * a.data ** (exponent - 1.0),)
-    return _make(a.data ** exponent, (a,), backward)
+    return make_op(a.data ** exponent, (a,), backward)
 
 
 def rpow(base: float, a) -> Tensor:
@@ -449,7 +456,7 @@ def rpow(base: float, a) -> Tensor:
     is not an integer, and a NaN gradient everywhere (ln of a negative number),
     as in PyTorch.
     """
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if isinstance(base, (Tensor, str, bytes, bool, np.bool_)) or not np.isscalar(base):
         raise TypeError(f"rpow takes a scalar base, got {type(base).__name__}")
     base = float(base)
@@ -460,54 +467,55 @@ def rpow(base: float, a) -> Tensor:
             with np.errstate(invalid="ignore"):                          # (0 * inf in the branch not taken)
                 return (np.where(a.data >= 0, 0.0, g * -np.inf).astype(g.dtype),)
         return (g * out * g.dtype.type(np.log(base) if base > 0 else np.nan),)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def exp(a) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
     out = np.exp(a.data)
 
     def backward(g):
         return (g * out,)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def log(a) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
 
     def backward(g):
         return (g / a.data,)
-    return _make(np.log(a.data), (a,), backward)
+    return make_op(np.log(a.data), (a,), backward)
 
 
 def sqrt(a) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
     out = np.sqrt(a.data)
 
     def backward(g):
         return (g * 0.5 / out,)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def rsqrt(a) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
     out = 1.0 / np.sqrt(a.data)
 
     def backward(g):
         return (g * -0.5 * out ** 3,)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def sigmoid(a) -> Tensor:
-    a = _as_tensor(a)
-    out = _sigmoid(a.data)
+    a = as_tensor(a)
+    out = sigmoid_np(a.data)
 
     def backward(g):
         return (g * out * (1.0 - out),)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid_np(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)) of a NumPy array, as a new float array (both tails keep full precision)."""
     # sigmoid(x) = 1 / (1 + exp(-x)), in place on one new array (four passes). exp(-x)
     # overflows to inf only where sigmoid(x) is below the smallest normal float
     # (x < -87 in float32, -708 in float64), and 1/inf = 0 there; everywhere else
@@ -526,13 +534,13 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def silu(a) -> Tensor:
     """``x * sigmoid(x)`` (a.k.a. swish), the gate of SwiGLU."""
-    a = _as_tensor(a)
-    s = _sigmoid(a.data)
+    a = as_tensor(a)
+    s = sigmoid_np(a.data)
 
     def backward(g):
         # d/dx [x s(x)] = s + x s (1 - s)
         return (g * s * (1.0 + a.data * (1.0 - s)),)
-    return _make(a.data * s, (a,), backward)
+    return make_op(a.data * s, (a,), backward)
 
 
 # ----------------------------------------------------------------------------
@@ -552,7 +560,7 @@ def matmul(a, b) -> Tensor:
         if _need(b):
             gb = _unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape)
         return ga, gb
-    return _make(a.data @ b.data, (a, b), backward)
+    return make_op(a.data @ b.data, (a, b), backward)
 
 
 def linear(x, weight) -> Tensor:
@@ -577,13 +585,13 @@ def linear(x, weight) -> Tensor:
         gx = (g2 @ weight.data).reshape(x.shape) if _need(x) else None  # (..., in)
         gw = g2.T @ x2 if _need(weight) else None                       # (out, in)
         return gx, gw
-    return _make(out, (x, weight), backward)
+    return make_op(out, (x, weight), backward)
 
 
 def _linear_stacked(x, weights) -> Tensor:
     """:func:`linear` with a tuple of weights (out_i, in), stacked along out."""
-    x = _as_tensor(x)
-    weights = tuple(_as_tensor(w, x) for w in weights)
+    x = as_tensor(x)
+    weights = tuple(as_tensor(w, x) for w in weights)
     if not weights or any(w.ndim != 2 or w.shape[1] != x.shape[-1] for w in weights):
         shapes = [w.shape for w in weights]
         raise ValueError(f"linear: weights {shapes} must be matrices (out, {x.shape[-1]}) for input shape {x.shape}")
@@ -598,7 +606,7 @@ def _linear_stacked(x, weights) -> Tensor:
         gx = (g2 @ w).reshape(x.shape) if _need(x) else None            # (..., in)
         gw = np.split(g2.T @ x2, bounds) if any(_need(t) for t in weights) else [None] * len(weights)
         return (gx, *(gi if _need(t) else None for gi, t in zip(gw, weights)))  # (out_i, in) each
-    return _make(out, (x, *weights), backward)
+    return make_op(out, (x, *weights), backward)
 
 
 def _norm_axis(axis, ndim):
@@ -625,18 +633,18 @@ def _sum_np(x: np.ndarray, axes: tuple, keepdims: bool) -> np.ndarray:
 
 
 def sum(a, axis=None, keepdims: bool = False) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
     axes = _norm_axis(axis, a.ndim)
 
     def backward(g):
         if not keepdims:
             g = np.expand_dims(g, axes)
         return (np.broadcast_to(g, a.shape),)
-    return _make(_sum_np(a.data, axes, keepdims), (a,), backward)
+    return make_op(_sum_np(a.data, axes, keepdims), (a,), backward)
 
 
 def mean(a, axis=None, keepdims: bool = False) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
     axes = _norm_axis(axis, a.ndim)
     count = int(np.prod([a.shape[i] for i in axes])) if axes else 1
 
@@ -645,8 +653,8 @@ def mean(a, axis=None, keepdims: bool = False) -> Tensor:
             g = np.expand_dims(g, axes)
         return (np.broadcast_to(g / count, a.shape),)
     if a.dtype in (np.float32, np.float64) and count:
-        return _make(np.divide(_sum_np(a.data, axes, keepdims), a.dtype.type(count)), (a,), backward)
-    return _make(a.data.mean(axis=axes, keepdims=keepdims), (a,), backward)
+        return make_op(np.divide(_sum_np(a.data, axes, keepdims), a.dtype.type(count)), (a,), backward)
+    return make_op(a.data.mean(axis=axes, keepdims=keepdims), (a,), backward)
 
 
 # ----------------------------------------------------------------------------
@@ -655,12 +663,12 @@ def mean(a, axis=None, keepdims: bool = False) -> Tensor:
 
 def softmax(a, axis: int = -1) -> Tensor:
     """Softmax along ``axis``; an all ``-inf`` row gives zeros (see :func:`softmax_np`)."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     p = softmax_np(a.data, axis)
 
     def backward(g):
         return (_softmax_grad(p, g, axis),)
-    return _make(p, (a,), backward)
+    return make_op(p, (a,), backward)
 
 
 def _softmax_grad(p: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
@@ -668,37 +676,10 @@ def _softmax_grad(p: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
     return p * (g - (g * p).sum(axis=axis, keepdims=True))
 
 
-def masked_softmax(a, mask, axis: int = -1) -> Tensor:
-    """``softmax(masked_fill(a, mask, -inf), axis)`` as one op: one new array, filled in place.
-
-    The mask (bool, True = forbidden, broadcast to ``a``) drops those entries from
-    the softmax: their weight is exactly 0, and so is their gradient. A row with
-    every entry forbidden gives zeros (see :func:`softmax_np`).
-    """
-    a = _as_tensor(a)
-    mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
-    if mask.dtype != np.bool_:
-        raise TypeError(f"masked_softmax needs a bool mask, got dtype {mask.dtype}")
-    if a.dtype.kind != "f":
-        raise TypeError(f"masked_softmax needs floating-point scores, got dtype {a.dtype}")
-    try:
-        if np.broadcast_shapes(mask.shape, a.shape) != a.shape:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"mask of shape {mask.shape} does not broadcast to the scores' shape {a.shape}") from None
-    p = a.data.copy()                              # a copy and a masked write beat np.where
-    np.copyto(p, np.asarray(-np.inf, dtype=a.dtype), where=mask)
-    _softmax_inplace(p, axis)
-
-    def backward(g):  # forbidden entries have p = 0, so their gradient is 0
-        return (_softmax_grad(p, g, axis),)
-    return _make(p, (a,), backward)
-
-
 def log_softmax(a, axis: int = -1) -> Tensor:
     """log(softmax(a)) along ``axis``; a row that is all -inf gives -inf and a zero gradient
     (its softmax is all zeros, as :func:`softmax_np` makes it)."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     x = a.data if a.dtype.kind == "f" else a.data.astype(np.float64)    # integers compute in float64
     peak = x.max(axis=axis, keepdims=True)
     dead = np.isneginf(peak)                                            # rows with nothing to choose
@@ -711,7 +692,7 @@ def log_softmax(a, axis: int = -1) -> Tensor:
     def backward(g):
         dx = g - np.exp(out) * g.sum(axis=axis, keepdims=True)
         return (np.where(dead, 0.0, dx).astype(g.dtype, copy=False) if dead.any() else dx,)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
@@ -723,7 +704,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
     target is ignored there is nothing to average: the loss is 0 and so are the
     gradients (PyTorch's mean over no positions is NaN instead).
     """
-    logits = _as_tensor(logits)
+    logits = as_tensor(logits)
     targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
     if targets.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy targets must be integers, got dtype {targets.dtype}")
@@ -757,7 +738,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
         if rows.size < len(t):
             grad[~keep] = 0.0
         return (grad.reshape(logits.shape),)
-    return _make(np.asarray(loss, dtype=logits.dtype), (logits,), backward)
+    return make_op(np.asarray(loss, dtype=logits.dtype), (logits,), backward)
 
 
 # ----------------------------------------------------------------------------
@@ -765,16 +746,16 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
 # ----------------------------------------------------------------------------
 
 def reshape(a, shape) -> Tensor:
-    a = _as_tensor(a)
+    a = as_tensor(a)
 
     def backward(g):
         return (g.reshape(a.shape),)
-    return _make(a.data.reshape(shape), (a,), backward)
+    return make_op(a.data.reshape(shape), (a,), backward)
 
 
 def transpose(a, axes=None) -> Tensor:
     """Permute the axes (default: reverse them); ``axes`` is a full permutation, negative axes allowed."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if axes is None:
         axes = tuple(reversed(range(a.ndim)))
     else:
@@ -788,12 +769,12 @@ def transpose(a, axes=None) -> Tensor:
 
     def backward(g):
         return (g.transpose(np.argsort(axes)),)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def getitem(a, index) -> Tensor:
     """Basic or advanced indexing; repeated indices accumulate in the backward."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if isinstance(index, Tensor):
         index = index.data
 
@@ -807,12 +788,12 @@ def getitem(a, index) -> Tensor:
         else:
             np.add.at(grad, index, g)  # fancy indexing may repeat positions
         return (grad,)
-    return _make(a.data[index], (a,), backward)
+    return make_op(a.data[index], (a,), backward)
 
 
 def embedding(weight, ids) -> Tensor:
     """Rows of ``weight`` (V, C) picked by integer ``ids`` (...): (..., C)."""
-    weight = _as_tensor(weight)
+    weight = as_tensor(weight)
     ids = np.asarray(ids.data if isinstance(ids, Tensor) else ids)
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding ids must be integers, got dtype {ids.dtype}")
@@ -829,23 +810,23 @@ def embedding(weight, ids) -> Tensor:
         cells = (flat[:, None] * C + np.arange(C)).reshape(-1)          # (N*C,)
         np.add.at(grad, cells, g.reshape(-1))
         return (grad.reshape(V, C),)
-    return _make(weight.data[ids], (weight,), backward)
+    return make_op(weight.data[ids], (weight,), backward)
 
 
 def concatenate(tensors, axis: int = 0) -> Tensor:
-    tensors = [_as_tensor(t) for t in tensors]
+    tensors = [as_tensor(t) for t in tensors]
     sizes = [t.shape[axis] for t in tensors]
     bounds = np.cumsum(sizes)[:-1]
 
     def backward(g):
         parts = np.split(g, bounds, axis=axis)
         return tuple(p if _need(t) else None for p, t in zip(parts, tensors))
-    return _make(np.concatenate([t.data for t in tensors], axis=axis), tuple(tensors), backward)
+    return make_op(np.concatenate([t.data for t in tensors], axis=axis), tuple(tensors), backward)
 
 
 def split(a, sections, axis: int = 0) -> list[Tensor]:
     """Split into pieces of the given sizes (a list) or into ``sections`` equal parts (an int)."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if a.ndim == 0:
         raise ValueError("split needs a tensor with at least one axis, got a 0-d tensor")
     (axis,) = _norm_axis(axis, a.ndim)
@@ -873,7 +854,7 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
     This is grouped-query expansion: K/V head g serves query heads
     g*repeats ... g*repeats + repeats - 1.
     """
-    a = _as_tensor(a)
+    a = as_tensor(a)
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
         raise ValueError(f"repeat_interleave repeats must be an int >= 1, got {repeats!r}")
     if a.ndim == 0:
@@ -883,13 +864,13 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
     def backward(g):
         shape = a.shape[:axis] + (a.shape[axis], repeats) + a.shape[axis + 1:]
         return (g.reshape(shape).sum(axis=axis + 1),)
-    return _make(np.repeat(a.data, repeats, axis=axis), (a,), backward)
+    return make_op(np.repeat(a.data, repeats, axis=axis), (a,), backward)
 
 
 def masked_fill(a, mask, value: float) -> Tensor:
     """Entries where the boolean ``mask`` is True become ``value``; ``a`` and ``mask`` broadcast together
     (the result has their common shape, as PyTorch's out-of-place ``masked_fill``)."""
-    a = _as_tensor(a)
+    a = as_tensor(a)
     mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask)
     if mask.dtype != np.bool_:
         raise TypeError(f"masked_fill needs a bool mask, got dtype {mask.dtype}")
@@ -905,7 +886,7 @@ def masked_fill(a, mask, value: float) -> Tensor:
         np.copyto(out, np.asarray(value, dtype=a.dtype), where=mask)
     else:
         out = np.where(mask, np.asarray(value, dtype=a.dtype), a.data)
-    return _make(out, (a,), backward)
+    return make_op(out, (a,), backward)
 
 
 def where(condition, a, b) -> Tensor:
@@ -917,47 +898,12 @@ def where(condition, a, b) -> Tensor:
     def backward(g):
         return (_unbroadcast(np.where(cond, g, zero), a.shape) if _need(a) else None,
                 _unbroadcast(np.where(cond, zero, g), b.shape) if _need(b) else None)
-    return _make(out, (a, b), backward)
+    return make_op(out, (a, b), backward)
 
 
 # ----------------------------------------------------------------------------
-# Fused model ops (hand-derived backward; tested equal to their spelled-out forms)
+# RoPE (hand-derived backward; tested equal to its spelled-out form)
 # ----------------------------------------------------------------------------
-
-def rms_norm(x, weight, eps: float) -> Tensor:
-    """``x / sqrt(mean(x**2) + eps) * weight`` over the last axis.
-
-    Backward, with r = 1/sqrt(mean(x^2)+eps), xhat = x r and u = g * weight:
-    dx = r (u - xhat * mean(u * xhat)),  dweight = sum over rows of g * xhat.
-    Row sums of products are ``einsum`` contractions: one pass, no temporary.
-    """
-    x, weight = _pair(x, weight)
-    C = x.shape[-1] if x.ndim else 0
-    if x.dtype.kind != "f" or weight.shape != (C,):
-        raise ValueError(f"rms_norm needs floating-point x (..., C) and weight (C,); "
-                         f"got x {x.shape} {x.dtype}, weight {weight.shape}")
-    ms = np.einsum("...i,...i->...", x.data, x.data)[..., None]         # (..., 1) sum of squares
-    ms /= C
-    ms += eps
-    r = np.sqrt(ms, out=ms)
-    np.reciprocal(r, out=r)                                             # (..., 1)
-    xhat = x.data * r                                                   # (..., C)
-    out = xhat * weight.data                                            # (..., C)
-
-    def backward(g):
-        gx = gw = None
-        if _need(x):
-            u = g * weight.data                                         # (..., C)
-            dot = np.einsum("...i,...i->...", u, xhat)[..., None]       # (..., 1)
-            dot /= C
-            gx = xhat * dot
-            np.subtract(u, gx, out=gx)
-            gx *= r                                                     # (..., C)
-        if _need(weight):
-            gw = np.einsum("ij,ij->j", g.reshape(-1, C), xhat.reshape(-1, C))  # (C,)
-        return gx, gw
-    return _make(out, (x, weight), backward)
-
 
 def rope_table(cos, sin, heads: int | None = None, dtype=np.float32) -> np.ndarray:
     """The rotations of RoPE as unit complex numbers ``cos + i sin``, for :func:`rotate`.
@@ -1009,7 +955,7 @@ def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
     orthogonal, so the backward is the rotation by the opposite angle
     (see :func:`rotate`).
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     if x.ndim < 1 or x.shape[-1] % 2:
         raise ValueError(f"rope needs an even last axis (pairs of features), got shape {x.shape}")
     if x.dtype.kind != "f":
@@ -1019,87 +965,4 @@ def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
 
     def backward(g):
         return (rotate(g, z, inverse=True),)
-    return _make(out, (x,), backward)
-
-
-def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
-    """Fused grouped-query attention: softmax(q k^T * scale, masked) v.
-
-    q (B, H, n, D); k, v (B, G, m, D) with H a multiple of G: query head h reads
-    K/V head h // (H/G). mask: bool, True = forbidden, broadcastable to
-    (B, 1, n, m). The heads sharing a K/V head are folded into one matmul,
-    so K and V are never copied per query head. Returns (B, H, n, D).
-    """
-    q, k, v = _as_tensor(q), _as_tensor(k, q), _as_tensor(v, q)
-    if q.ndim != 4 or k.ndim != 4 or k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] \
-            or k.shape[1] < 1 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"attention needs q (B, H, n, D) and k, v (B, G, m, D) with H a multiple of G; "
-                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
-    if q.dtype.kind != "f":
-        raise TypeError(f"attention needs floating-point q, k, v, got dtype {q.dtype}")
-    B, H, n, D = q.shape
-    G, m = k.shape[1], k.shape[2]
-    r = H // G
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.dtype != np.bool_:
-            raise TypeError(f"attention needs a bool mask (True = forbidden), got dtype {mask.dtype}")
-        try:
-            fits = np.broadcast_shapes(mask.shape, (B, 1, n, m)) == (B, 1, n, m)
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(f"mask of shape {mask.shape} does not broadcast to (B, 1, n, m) = {(B, 1, n, m)}")
-    qg = q.data.reshape(B, G, r * n, D)                                 # (B, G, r*n, D)
-    p = qg @ k.data.swapaxes(-1, -2)                                    # (B, G, r*n, m)
-    p *= scale
-    if mask is not None:
-        mask = np.broadcast_to(mask, (B, 1, n, m))[:, :, None]          # (B, 1, 1, n, m)
-        np.copyto(p.reshape(B, G, r, n, m), -np.inf, where=mask)
-    _softmax_inplace(p)                                                 # (B, G, r*n, m)
-    out = p @ v.data                                                    # (B, G, r*n, D)
-
-    def backward(g):
-        gg = g.reshape(B, G, r * n, D)                                  # (B, G, r*n, D)
-        gv = p.swapaxes(-1, -2) @ gg if _need(v) else None              # (B, G, m, D)
-        ds = gg @ v.data.swapaxes(-1, -2)                               # (B, G, r*n, m)
-        # Softmax backward: ds = p * (dp - sum_j p dp). The row sum equals
-        # <g, out> over D, which is m/D times cheaper than summing over keys.
-        ds -= (gg * out).sum(axis=-1, keepdims=True)
-        ds *= p
-        ds *= scale
-        gq = (ds @ k.data).reshape(B, H, n, D) if _need(q) else None    # (B, H, n, D)
-        gk = ds.swapaxes(-1, -2) @ qg if _need(k) else None             # (B, G, m, D)
-        return gq, gk, gv
-    return _make(out.reshape(B, H, n, D), (q, k, v), backward)
-
-
-def swiglu(a) -> Tensor:
-    """SwiGLU's gating, ``silu(gate) * up``, for ``a = [gate | up]`` along the last axis: (..., 2F) -> (..., F).
-
-    The teaching path spells this out as ``silu`` then ``mul`` on two tensors;
-    fused, its input is one GEMM's output (``linear(x, (w1, w3))``) and its
-    gradient goes back as one array for one GEMM. With s = sigmoid(gate) and
-    act = gate s (so silu'(gate) = s + gate s (1 - s) = s (1 + gate - act))::
-
-        d up = g act,    d gate = g up s (1 + gate - act)
-    """
-    a = _as_tensor(a)
-    if a.ndim < 1 or a.shape[-1] % 2:
-        raise ValueError(f"swiglu needs a last axis of even size [gate | up], got shape {a.shape}")
-    F = a.shape[-1] // 2
-    gate, up = a.data[..., :F], a.data[..., F:]                         # (..., F) views
-    s = _sigmoid(gate)                                                  # (..., F)
-    act = gate * s                                                      # (..., F)
-
-    def backward(g):
-        da = np.empty(a.shape, dtype=a.dtype)                           # (..., 2F)
-        dgate, dup = da[..., :F], da[..., F:]
-        np.multiply(g, act, out=dup)
-        np.subtract(gate, act, out=dgate)
-        dgate += 1.0
-        dgate *= s
-        dgate *= up
-        dgate *= g
-        return (da,)
-    return _make(act * up, (a,), backward)
+    return make_op(out, (x,), backward)

@@ -5,7 +5,8 @@ A model file is one safetensors file that holds everything inference needs:
 - tensors: the model's parameters under their LLaMA names (:mod:`glassllm.nn`);
 - metadata (str -> str): ``format`` = ``"glassllm-model"``, ``version`` = ``"1"``,
   ``config`` (the :class:`~glassllm.config.ModelConfig` as JSON), ``tokenizer``
-  (the tokenizer's own JSON document, see :mod:`glassllm.tokenizer`) and any
+  (the tokenizer's own JSON document, see :mod:`glassllm.tokenizing`: its
+  ``kind`` says byte-level or SentencePiece; none means byte-level) and any
   extra string fields the writer adds (a training run adds its step, say).
 
 Loading never unpickles anything. The header is read first and every tensor's
@@ -187,12 +188,13 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
     from safetensors.numpy import save
 
     from .nn import Transformer, model_dtype
-    from .tokenizer import Tokenizer
+    from .tokenizing import TextTokenizer
 
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
-    if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(f"tokenizer must be a glassllm Tokenizer, got {type(tokenizer).__name__}")
+    if not isinstance(tokenizer, TextTokenizer):
+        raise TypeError(f"tokenizer must be a glassllm tokenizer (Tokenizer or SPTokenizer), "
+                        f"got {type(tokenizer).__name__}")
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
     model_dtype(model.dtype)                                            # a file load_model can read back
@@ -291,7 +293,7 @@ def load_model(path, dtype=None):
 
     from .hf import _param_shapes
     from .nn import Transformer, model_dtype
-    from .tokenizer import Tokenizer
+    from .tokenizing import tokenizer_from_json
 
     if dtype is not None:
         dtype = model_dtype(dtype)
@@ -302,7 +304,7 @@ def load_model(path, dtype=None):
     except (TypeError, ValueError) as e:
         raise ValueError(f"{name!r}: bad model config: {e}") from None
     try:
-        tokenizer = Tokenizer.from_json(meta.get("tokenizer", ""))
+        tokenizer = tokenizer_from_json(meta.get("tokenizer", ""))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{name!r}: bad tokenizer: {e}") from None
     if tokenizer.vocab_size != config.vocab_size:

@@ -29,9 +29,13 @@ COMMANDS = {
     "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
     "tokenize": ("glassllm.tokenizer", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
-    "import-hf": ("glassllm.hf", "import a Hugging Face Llama checkpoint as a model file"),
+    "import": ("glassllm.importer", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
+    "import-hf": ("glassllm.importer", "import a Hugging Face Llama folder as a model file (as import)"),
     "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
 }
+
+# Commands that run the model step after step: freed activations stay mapped for reuse (glassllm.heap).
+KEEP_FREED_MEMORY = ("train", "eval", "generate", "inspect")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +78,9 @@ def main(argv=None) -> int:
         return 2
     import numpy as np
 
+    if args.command in KEEP_FREED_MEMORY:
+        from .heap import keep_freed_memory
+        keep_freed_memory()
     try:
         # NumPy's overflow warnings would only add noise: a NaN or an infinity that matters is
         # caught where it arises and reported as one line (generate, eval, train check for them).

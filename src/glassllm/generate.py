@@ -15,8 +15,10 @@ The policies this module fixes (each is tested):
 
 - **Sampling**: see :mod:`glassllm.sampling` (temperature, then top-k, then
   top-p; T = 0 is greedy; filtered ids get probability 0).
-- **Stopping**: a row stops at ``<|endoftext|>`` (the record for it is yielded,
-  with ``text = ""`` and ``finish = "eot"``), after ``max_new_tokens`` tokens
+- **Stopping**: a row stops at one of the tokenizer's ``end_ids`` (the record
+  for it is yielded, with ``text = ""`` and ``finish = "eot"``): ``<|endoftext|>``
+  for glassllm's own tokenizer; ``</s>`` or ``<s>`` for a SentencePiece Llama
+  (see :mod:`glassllm.sptokenizer`), after ``max_new_tokens`` tokens
   (``finish = "length"``), or when its generated text -- not the prompt --
   contains one of the ``stop`` strings (``finish = "stop"``). The token that
   completes a stop string is yielded, so **the stop string is included** in the
@@ -24,9 +26,10 @@ The policies this module fixes (each is tested):
 - **Context**: the prompt plus ``max_new_tokens`` must fit in the model's
   context (``max_seq_len`` positions); otherwise ``generate`` raises
   ``ValueError`` before any model work. There is no sliding window.
-- **Prompts**: a str is encoded with special tokens allowed, so the text
-  ``<|endoftext|>`` is the end-of-text id (a prompt of just that starts a
-  fresh story). An empty prompt is an error; a whitespace-only prompt is
+- **Prompts**: a str is encoded with the tokenizer's ``encode_prompt``:
+  special tokens allowed, so the text ``<|endoftext|>`` is the end-of-text id
+  (a prompt of just that starts a fresh story), and ``<s>`` put first for a
+  SentencePiece Llama. An empty prompt is an error; a whitespace-only prompt is
   valid text and is used as it is. A prompt may also be a sequence of ids.
 - **Randomness**: ``seed`` is an int or a ``np.random.Generator``; one uniform
   number is drawn per sampled token (none when greedy). In a batch, row b uses
@@ -42,10 +45,12 @@ The policies this module fixes (each is tested):
   ``ValueError`` and a ``TypeError``), in one line, before any model work.
 
 Two ways to run the model, tested equal to float32 rounding (the same caveat
-for sampled tokens): the module path (``model(tokens, cache)``, whose
-snapshots an attached tracer sees) and a lean NumPy path
-(:mod:`glassllm.fastdecode`). ``fast=None`` picks the lean one unless a tracer
-is attached -- checked at every step -- so tracing always sees the real forward.
+for sampled tokens): the model's own forward (``model(tokens, cache)``, whose
+snapshots an attached tracer sees) and the lean decoder, a kernel
+(:mod:`glassllm.kernels.decode`). ``fast=None`` asks the kernel dispatcher
+before every step, which picks the lean one unless a tracer is attached or
+kernels are switched off (``glassllm.kernels.disabled()``), so tracing always
+sees the real forward.
 A batch costs as its longest prompt: every row is padded to it, so group
 prompts of similar lengths.
 """
@@ -59,9 +64,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .autograd import no_grad
 from .nn import Transformer
-from .tokenizer import Tokenizer
+from .tokenizing import TextTokenizer
 from .sampling import (
     ParameterTypeError, _is_int, check_temperature, check_top_k, check_top_p, model_probs,
     sample, sampling_distribution,
@@ -75,7 +81,7 @@ class Token:
     """One generated token.
 
     ``id``        the token id.
-    ``piece``     its readable text (:meth:`Tokenizer.piece`; ``""`` without a tokenizer).
+    ``piece``     its readable text (the tokenizer's ``piece``; ``""`` without a tokenizer).
     ``text``      what it adds to the decoded text: a token that ends inside a
                   multi-byte character adds ``""`` and the next one adds the
                   whole character; ``""`` for ``<|endoftext|>``. A row's last
@@ -120,7 +126,7 @@ def _check_prompt(prompt, model: Transformer, tokenizer, where: str = "prompt") 
             raise ValueError(f"{where} is text but no tokenizer was given; pass a tokenizer or token ids")
         if prompt == "":
             raise ValueError(f"{where} is empty: give at least one character (or token id)")
-        return list(tokenizer.encode(prompt, allowed_special="all"))
+        return list(tokenizer.encode_prompt(prompt))
     if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, (Sequence, np.ndarray)):
         raise ParameterTypeError(f"{where} must be a str or a sequence of token ids, got {type(prompt).__name__}")
     arr = np.asarray(prompt)
@@ -187,13 +193,13 @@ def generate(model: Transformer, tokenizer, prompt, max_new_tokens: int = 128, t
     """Continue ``prompt`` token by token, yielding a :class:`Token` as each is drawn.
 
     model: a :class:`~glassllm.nn.Transformer`; tokenizer: its
-    :class:`~glassllm.tokenizer.Tokenizer`, or None when ``prompt`` is ids (then
+    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`), or None when ``prompt`` is ids (then
     records have no text and ``<|endoftext|>`` does not stop generation).
     prompt: a str or a sequence of ids. ``seed``: an int or a ``np.random.Generator``.
     ``alternatives``: how many of the model's most likely ids to attach to each
-    record as ``top``. ``fast``: None = lean NumPy path unless a tracer is
-    attached; False = always the module path; True = lean path (an error if a
-    tracer is attached). Policies: see the module docstring.
+    record as ``top``. ``fast``: None = the lean decoder when the kernel
+    dispatcher allows it (no tracer attached, kernels on); False = always the
+    model's forward; True = the lean decoder (an error if a tracer is attached). Policies: see the module docstring.
 
     Every parameter is checked here, eagerly: a bad one raises ``ValueError``
     at the call, before any model work -- not at the first ``next()``.
@@ -229,8 +235,9 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     if not isinstance(model, Transformer):
         raise ParameterTypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     V = model.config.vocab_size
-    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
-        raise ParameterTypeError(f"tokenizer must be a glassllm Tokenizer or None, got {type(tokenizer).__name__}")
+    if tokenizer is not None and not isinstance(tokenizer, TextTokenizer):
+        raise ParameterTypeError(f"tokenizer must be a glassllm tokenizer (Tokenizer, SPTokenizer) or None, "
+                                 f"got {type(tokenizer).__name__}")
     if tokenizer is not None and tokenizer.vocab_size != V:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects {V}")
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
@@ -266,8 +273,6 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
 
 def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rngs, alternatives, fast
             ) -> Iterator[Token]:
-    from .fastdecode import FastDecoder
-
     B = len(ids)
     lengths = np.array([len(x) for x in ids])
     longest = int(lengths.max())
@@ -277,7 +282,8 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
         tokens[b, pad[b]:] = row
     cache = model.new_cache(B, pad=pad if pad.any() else None)
     lean = None                                                          # built on first use
-    eot = _eot_id(tokenizer)
+    ends = frozenset(tokenizer.end_ids) if tokenizer is not None else frozenset()
+    last = [int(row[-1]) for row in ids]                                 # the id each row's next token follows
     utf8 = [codecs.getincrementaldecoder("utf-8")(errors="replace") for _ in range(B)]
     texts = [""] * B
     alive = [True] * B                                                   # a list: B is small, and this runs per token
@@ -285,9 +291,9 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        if fast is not False and model._tracer is None:
+        if kernels.lean_decoding(model) if fast is None else (fast and model._tracer is None):
             if lean is None:
-                lean = FastDecoder(model)
+                lean = kernels.FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position
         else:
             with no_grad():
@@ -307,10 +313,11 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
         for b in [b for b in range(B) if alive[b]]:
             i = int(chosen[b])
             finish = None
-            if i == eot:
+            if i in ends:
                 text, finish = "", "eot"
             else:
-                text = utf8[b].decode(tokenizer.decode_bytes([i])) if tokenizer is not None else ""
+                text = utf8[b].decode(tokenizer.token_bytes(i, last[b])) if tokenizer is not None else ""
+                last[b] = i
                 before = len(texts[b])
                 texts[b] += text
                 if stops and _hit(texts[b], before, stops):
@@ -332,15 +339,6 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
         if not any(alive):
             return
         tokens = chosen[:, None].astype(np.int64)                        # (B, 1) fed back; dead rows ride along
-
-
-def _eot_id(tokenizer) -> int | None:
-    if tokenizer is None:
-        return None
-    try:
-        return tokenizer.eot_id
-    except ValueError:
-        return None  # a tokenizer without <|endoftext|>: only length and stop strings end a row
 
 
 def _hit(text: str, before: int, stops: tuple[str, ...]) -> bool:

@@ -20,10 +20,19 @@ of 1 GiB was not enough at width 512, whose step peaks at 1.35 GB: every other
 step handed its activations back and faulted ~83,000 pages in again, about
 a tenth of the step.)
 
-``glassllm.autograd`` calls it once on import. It does nothing on a C library
-other than glibc, and nothing when the environment sets
-``GLASSLLM_SYSTEM_MALLOC=1``. It changes settings of the whole process, so a
-benchmark that runs PyTorch in the same process measures PyTorch with them too.
+Who calls it. Nothing happens on import: the setting belongs to the process,
+so the program decides. The ``glassllm`` commands that run the model step
+after step (``train``, ``eval``, ``generate``, ``inspect``) call it before they
+start, and so do the benchmarks in ``bench/``. A program of your own that
+trains with glassllm can do the same, once, at its start::
+
+    from glassllm.heap import keep_freed_memory
+    keep_freed_memory()
+
+It does nothing on a C library other than glibc, and nothing when the
+environment sets ``GLASSLLM_SYSTEM_MALLOC=1``. It changes settings of the
+whole process, so a benchmark that runs PyTorch in the same process measures
+PyTorch with them too.
 """
 
 from __future__ import annotations

@@ -14,14 +14,15 @@ load:
 ``generation_config.json`` begin/end/pad token ids for ``generate``
 =========================  ==================================================
 
-Import (``glassllm import-hf DIR OUT``) reads such a folder -- any width, depth,
+Import (``glassllm import DIR OUT``, also ``import-hf``) reads such a folder -- any width, depth,
 head count, grouping and vocabulary -- and writes a glassllm model file. It
 reads ``config.json``, ``tokenizer.json`` and the safetensors weights itself
 (neither ``transformers`` nor ``torch`` is needed) and refuses, with one line
 naming the key, anything whose logits it could not reproduce exactly: biases,
 RoPE scaling, another activation, a head size other than width / heads, a
-tokenizer that is not byte-level BPE, a vocabulary that does not match the
-embedding. A checkpoint with a tied output head is imported by copying the
+tokenizer that is neither byte-level BPE nor SentencePiece BPE (in
+``tokenizer.json``, or a ``tokenizer.model`` without it: see
+:mod:`glassllm.sptokenizer`), a vocabulary that does not match the embedding. A checkpoint with a tied output head is imported by copying the
 embedding into ``output.weight``. Pickled ``.bin`` checkpoints are refused:
 loading never unpickles anything.
 
@@ -147,7 +148,7 @@ def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
     RoPE's base is written both ways (``rope_parameters`` for transformers 5,
     ``rope_theta`` for 4.x), and so is the dtype (``dtype`` / ``torch_dtype``).
     """
-    eot = tokenizer.special_tokens.get("<|endoftext|>")
+    bos, eos = _bos_eos(tokenizer)
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -171,8 +172,8 @@ def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
         "pretraining_tp": 1,
         "initializer_range": 0.02,
         "use_cache": True,
-        "bos_token_id": eot,
-        "eos_token_id": eot,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
         "pad_token_id": None,
         "dtype": dtype,
         "torch_dtype": dtype,
@@ -522,6 +523,16 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
 # Export and import
 # ----------------------------------------------------------------------------
 
+def _bos_eos(tokenizer) -> tuple[int | None, int | None]:
+    """The begin and end ids a Hugging Face config names: ``<s>``/``</s>`` for a SentencePiece
+    tokenizer, ``<|endoftext|>`` for both in glassllm's own."""
+    specials = tokenizer.special_tokens
+    if "<s>" in specials and "</s>" in specials:
+        return specials["<s>"], specials["</s>"]
+    eot = specials.get("<|endoftext|>")
+    return eot, eot
+
+
 def _dtype_name(model) -> str:
     return {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}[np.dtype(model.dtype)]
 
@@ -550,17 +561,20 @@ def export_hf(model_file, out_dir) -> Path:
     make_folder(out)
     c = model.config
     tensors = to_hf_state(model.state_dict(), c)
-    eot = tokenizer.special_tokens.get("<|endoftext|>")
+    bos, eos = _bos_eos(tokenizer)
     tok_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": c.max_seq_len,
         "clean_up_tokenization_spaces": False,
-        "add_bos_token": False,
+        "add_bos_token": tokenizer.bos_id is not None,
         "add_eos_token": False,
     }
-    if eot is not None:
-        tok_config.update(eos_token="<|endoftext|>", bos_token="<|endoftext|>")
-    gen_config = {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": eot, "do_sample": False}
+    names = {i: p for p, i in tokenizer.special_tokens.items()}
+    if eos is not None:
+        tok_config.update(eos_token=names[eos], bos_token=names[bos])
+    if "<unk>" in names.values():
+        tok_config.update(unk_token="<unk>")
+    gen_config = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": eos, "do_sample": False}
     dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
     atomic_write(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
     atomic_write(out / "config.json", dump(hf_config(c, tokenizer, _dtype_name(model))))
@@ -577,6 +591,44 @@ def _read_json(path: Path, what: str) -> dict:
         raise ValueError(f"{str(path.parent)!r} has no {path.name}; expected {what}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{str(path)!r} is not valid JSON ({e})") from None
+
+
+def _is_sentencepiece(doc) -> bool:
+    """Does a ``tokenizer.json`` describe a SentencePiece BPE (byte fallback, Metaspace, a ▁ prefix)?"""
+    if not isinstance(doc, dict):
+        return False
+    model, pre, norm = doc.get("model"), doc.get("pre_tokenizer"), doc.get("normalizer")
+    return ((isinstance(model, dict) and bool(model.get("byte_fallback")))
+            or (isinstance(pre, dict) and pre.get("type") == "Metaspace")
+            or (isinstance(norm, dict) and "\u2581" in json.dumps(norm)))
+
+
+def folder_tokenizer(folder: Path):
+    """The tokenizer of a Hugging Face folder: ``(tokenizer, perm, path)``.
+
+    ``tokenizer.json`` is read as glassllm's byte-level BPE or, when it is one, as a
+    SentencePiece BPE (:meth:`~glassllm.sptokenizer.SPTokenizer.from_hf_tokenizer_json`,
+    ids unchanged); without it, a SentencePiece ``tokenizer.model`` is read, and
+    ``tokenizer_config.json``'s ``add_bos_token`` (default true) says whether ``<s>`` goes first.
+    """
+    from .sptokenizer import SPTokenizer, load_sentencepiece_model
+
+    tok_path = folder / "tokenizer.json"
+    if tok_path.is_file():
+        doc = _read_json(tok_path, "a tokenizer")
+        if _is_sentencepiece(doc):
+            tokenizer = SPTokenizer.from_hf_tokenizer_json(doc, str(tok_path))
+            return tokenizer, np.arange(tokenizer.vocab_size), tok_path
+        tokenizer, perm = tokenizer_from_hf(doc, str(tok_path))
+        return tokenizer, perm, tok_path
+    sp_path = folder / "tokenizer.model"
+    if sp_path.is_file():
+        cfg_path = folder / "tokenizer_config.json"
+        add_bos = _read_json(cfg_path, "a tokenizer config").get("add_bos_token", True) if cfg_path.is_file() else True
+        tokenizer = load_sentencepiece_model(sp_path, add_bos=bool(add_bos))
+        return tokenizer, np.arange(tokenizer.vocab_size), sp_path
+    raise ValueError(f"{str(folder)!r} has no tokenizer.json or tokenizer.model; expected the checkpoint's "
+                     "tokenizer beside config.json")
 
 
 def load_hf(folder, dtype=None):
@@ -596,11 +648,7 @@ def load_hf(folder, dtype=None):
     if not config_path.is_file():
         raise ValueError(f"{str(folder)!r} is not a Llama checkpoint: it has no config.json")
     config, tied = config_from_hf(_read_json(config_path, "a Llama config"), str(config_path))
-    tok_path = folder / "tokenizer.json"
-    if not tok_path.is_file():
-        raise ValueError(f"{str(folder)!r} has no tokenizer.json; expected the checkpoint's tokenizer "
-                         "(a byte-level BPE tokenizer.json) beside config.json")
-    tokenizer, perm = tokenizer_from_hf(_read_json(tok_path, "a tokenizer"), str(tok_path))
+    tokenizer, perm, tok_path = folder_tokenizer(folder)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{str(tok_path)!r} has {tokenizer.vocab_size} tokens but config.json says "
                          f"vocab_size={config.vocab_size}; expected them equal")
@@ -636,40 +684,20 @@ def import_hf(folder, out_file, dtype=None):
 
 
 # ----------------------------------------------------------------------------
-# The ``glassllm export`` and ``glassllm import-hf`` commands
+# The ``glassllm export`` command
 # ----------------------------------------------------------------------------
 
 def add_cli(name: str, parser) -> None:
-    if name == "export":
-        parser.add_argument("file", metavar="FILE", help="a glassllm model file")
-        parser.add_argument("--format", choices=["hf"], default="hf",
-                            help="target format: hf = a Hugging Face transformers Llama folder (default)")
-        parser.add_argument("dir", metavar="DIR", help="the folder to write")
-        parser.set_defaults(func=_cli_export)
-    else:
-        parser.add_argument("dir", metavar="DIR", help="a Hugging Face Llama folder (config.json, "
-                            "model.safetensors, tokenizer.json)")
-        parser.add_argument("out", metavar="OUT", help="the glassllm model file to write")
-        parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                            help="precision of the model file (default: the checkpoint's -- float64 if its "
-                                 "tensors are F64, else float32)")
-        parser.set_defaults(func=_cli_import)
+    """``glassllm export`` (``glassllm import`` lives in :mod:`glassllm.importer`)."""
+    parser.add_argument("file", metavar="FILE", help="a glassllm model file")
+    parser.add_argument("--format", choices=["hf"], default="hf",
+                        help="target format: hf = a Hugging Face transformers Llama folder (default)")
+    parser.add_argument("dir", metavar="DIR", help="the folder to write")
+    parser.set_defaults(func=_cli_export)
 
 
 def _cli_export(args) -> int:
     out = export_hf(args.file, args.dir)
     print(f"wrote a Hugging Face Llama folder to {out}/ (config.json, model.safetensors, tokenizer.json, "
           "tokenizer_config.json, generation_config.json)")
-    return 0
-
-
-def _cli_import(args) -> int:
-    model, tokenizer, perm = import_hf(args.dir, args.out, dtype=args.dtype)
-    c = model.config
-    print(f"wrote {args.out}: {model.num_params():,} {np.dtype(model.dtype).name} parameters, "
-          f"vocab {c.vocab_size}, width {c.dim}, "
-          f"{c.n_layers} layer{'s' if c.n_layers != 1 else ''}, {c.n_heads} query heads / "
-          f"{c.n_kv_heads} key-value head{'s' if c.n_kv_heads != 1 else ''}")
-    if not np.array_equal(perm, np.arange(len(perm))):
-        print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")
     return 0

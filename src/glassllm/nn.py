@@ -37,30 +37,33 @@ attached ``snap`` returns its argument untouched. The names, in forward
 order, come from :meth:`Transformer.snapshot_axes`; axes use the shape legend
 below, with the batch axis removed.
 
+Kernels. Each layer's ``__call__`` here is the reference: the spec, step by
+step. Faster ways to compute the same numbers (fused ops, tiled attention)
+live in :mod:`glassllm.kernels`; at the start of every forward the model asks
+that package's dispatcher once which layers may run one, and a layer whose
+snapshots a tracer wants always runs the code below. ``with
+glassllm.kernels.disabled():`` runs this code everywhere.
+
 Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
 G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from . import autograd as ag
+from . import kernels
 from .autograd import Tensor
 from .config import ModelConfig
-from .flash import flash_attention, self_attention
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
     "Block", "Transformer", "KVCache", "causal_mask", "model_dtype",
 ]
-
-
-# From this many new queries on, the untraced path uses the tiled kernel
-# (glassllm.flash); below it (decoding, short prompts) the dense fused op is faster.
-FLASH_MIN_QUERIES = 128
 
 
 def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
@@ -99,16 +102,36 @@ def model_dtype(dtype) -> np.dtype:
 class Module:
     """Holds parameters (``Tensor`` attributes with ``requires_grad``) and child modules.
 
-    Subclasses list their snapshot names and axes in ``SNAPSHOTS``. ``trace_name``
-    is the module's segment in snapshot names (``attn`` for ``attention``);
-    :meth:`Transformer.__init__` assigns every module its full prefix.
+    Subclasses list their snapshot names and axes in ``SNAPSHOTS``;
+    :meth:`Transformer.__init__` assigns every module its snapshot prefix
+    (``layers.0.attn.`` for the first block's ``attention``).
+
+    A subclass's ``__call__`` is its reference computation. For one forward the
+    kernel dispatcher (:mod:`glassllm.kernels.dispatch`) may set ``_kernel`` to a
+    function computing the same thing faster; a call then runs that instead.
+    Outside a model's forward ``_kernel`` is None and the reference runs.
     """
 
     SNAPSHOTS: dict[str, tuple[str, ...]] = {}
+    _kernel = None
 
     def __init__(self):
         self._tracer = None
         self._prefix = ""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        reference = cls.__dict__.get("__call__")
+        if reference is None:
+            return
+
+        @functools.wraps(reference)
+        def __call__(self, *args, **kwargs):
+            kernel = self._kernel
+            if kernel is None:
+                return reference(self, *args, **kwargs)
+            return kernel(self, *args, **kwargs)
+        cls.__call__ = __call__
 
     # -- walking --------------------------------------------------------------
     def _child_attributes(self) -> list:
@@ -199,6 +222,17 @@ class Module:
             return t
         return tracer.record(self._prefix + local, t)
 
+    def snap_derived(self, local: str, fn, *args, **kwargs) -> None:
+        """Snapshot ``local`` = ``fn(*args, **kwargs)``, computed only when a tracer wants it
+        (nothing downstream reads it, so an untraced forward skips the work)."""
+        if self.tracing(local):
+            self.snap(local, fn(*args, **kwargs))
+
+    def begin_forward(self, **step) -> None:
+        """Tell an attached tracer that a forward begins (n, m, start, tokens, pad)."""
+        if self._tracer is not None:
+            self._tracer.begin_forward(**step)
+
     def tracing(self, *locals_: str) -> bool:
         """Does the attached tracer want any of these snapshots (values, grads or edits)?"""
         tracer = self._tracer
@@ -253,12 +287,8 @@ class RMSNorm(Module):
         self.weight = Tensor(np.ones(dim, dtype=dtype), requires_grad=True)
 
     def __call__(self, x: Tensor) -> Tensor:
-        x = self.snap("in", x)
-        if not self.tracing("rms"):
-            return self.snap("out", ag.rms_norm(x, self.weight, self.eps))
-        # The same computation spelled out, so that rms can be seen and edited.
-        rms = ag.sqrt(ag.mean(x * x, axis=-1) + self.eps)                # (B, n)
-        rms = self.snap("rms", rms)
+        x = self.snap("in", x)                                           # (B, n, C)
+        rms = self.snap("rms", ag.sqrt(ag.mean(x * x, axis=-1) + self.eps))  # (B, n)
         out = x / ag.reshape(rms, rms.shape + (1,)) * self.weight        # (B, n, C)
         return self.snap("out", out)
 
@@ -327,7 +357,6 @@ class Attention(Module):
         "scores": ("H", "n", "m"), "mask": ("n", "m"), "softmax": ("H", "n", "m"),
         "mix": ("H", "n", "D"), "out": ("n", "C"),
     }
-    INNER = tuple(name for name in SNAPSHOTS if name != "out")  # what the packed path cannot show
 
     def __init__(self, config: ModelConfig, rng: np.random.Generator, layer: int, dtype=np.float32):
         super().__init__()
@@ -340,79 +369,53 @@ class Attention(Module):
         self.wv = Linear(c.dim, c.n_kv_heads * c.head_dim, rng, dtype=dtype)
         self.wo = Linear(c.n_heads * c.head_dim, c.dim, rng, std=out_std, dtype=dtype)
 
-    def __call__(self, x: Tensor, rope: tuple[np.ndarray, np.ndarray], mask: np.ndarray,
-                 cache: "KVCache | None" = None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
-        """x (B, n, C) already normalised; rope = (cos, sin) for the n new positions;
-        mask (B, n, m) bool, True = forbidden -- the causal mask plus, when ``pad``
-        (B,) is given, the left-padding keys of each row -- or None for a block with
-        no cache (it is made here if a tracer turns the packed path off). Returns (B, n, C)."""
+    def __call__(self, x: Tensor, rope: tuple[np.ndarray, np.ndarray], cache: "KVCache | None" = None,
+                 start: int = 0, pad: np.ndarray | None = None) -> Tensor:
+        """x (B, n, C), already normalised, at positions start .. start+n-1; rope = (cos, sin) for
+        those positions; ``pad`` (B,): left-padding keys of each row, masked too. Returns (B, n, C)."""
         B, n, _ = x.shape
         H, G, D = self.n_heads, self.n_kv_heads, self.head_dim
         m = start + n
 
-        if cache is None and n >= FLASH_MIN_QUERIES and not self.tracing(*self.INNER):
-            # Packed path (training, scoring, a long prompt without a cache) when no
-            # tracer looks inside: steps 1-9 as two ops -- one GEMM for wq|wk|wv, then
-            # RoPE and tiled attention together, the heads coming out side by side.
-            qkv = ag.linear(x, (self.wq.weight, self.wk.weight, self.wv.weight))  # (B, n, (H+2G)*D)
-            heads = self_attention(qkv, H, G, rope[0], rope[1], pad)             # (B, n, H*D)
-            return self.snap("out", self.wo(heads))                              # (B, n, C)
-
-        if mask is None:  # the model skipped it, expecting the packed path
-            mask = np.broadcast_to(causal_mask(n, m, start), (B, n, m))  # (B, n, m)
-
-        # 1. Project X to queries, keys and values (no biases): q = x wq^T, k = x wk^T,
-        #    v = x wv^T, computed as one GEMM against the three matrices stacked.
-        q, k, v = ag.split(ag.linear(x, (self.wq.weight, self.wk.weight, self.wv.weight)),
-                           [H * D, G * D, G * D], axis=-1)
-        q = q.reshape(B, n, H, D).transpose(0, 2, 1, 3)                 # (B, H, n, D)
-        k = k.reshape(B, n, G, D).transpose(0, 2, 1, 3)                 # (B, G, n, D)
-        v = v.reshape(B, n, G, D).transpose(0, 2, 1, 3)                 # (B, G, n, D)
+        # 1. Project x to queries, keys and values (no biases).
+        q = self.wq(x).reshape(B, n, H, D).transpose(0, 2, 1, 3)         # (B, H, n, D)
+        k = self.wk(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)         # (B, G, n, D)
+        v = self.wv(x).reshape(B, n, G, D).transpose(0, 2, 1, 3)         # (B, G, n, D)
         q, k, v = self.snap("q", q), self.snap("k", k), self.snap("v", v)
 
-        # 2. Rotate queries and keys by their absolute positions.
+        # 2. RoPE: rotate queries and keys by their absolute positions.
         cos, sin = rope
         q = self.snap("rope_q", ag.rope(q, cos, sin))                    # (B, H, n, D)
         k = self.snap("rope_k", ag.rope(k, cos, sin))                    # (B, G, n, D)
 
-        # 3. Append the rotated keys and the values to the cache; read all m back.
+        # 3. The cache: store the new rotated keys and values, read all m back.
         if cache is not None:
-            keys, values = cache.append(self.layer, start, k, v)         # (B, G, m, D)
-        else:
-            keys, values = k, v
-        keys, values = self.snap("cache_k", keys), self.snap("cache_v", values)
+            k, v = cache.append(self.layer, start, k, v)                 # (B, G, m, D)
+        k, v = self.snap("cache_k", k), self.snap("cache_v", v)
 
-        scale = 1.0 / math.sqrt(D)
-        if not self.tracing("scores", "mask", "softmax"):
-            # Fast path: steps 4-8 fused into one op (GQA folded, never copied).
-            # Long blocks go through the tiled online-softmax kernel, which skips
-            # the masked future and never holds an (n, m) matrix.
-            if n >= FLASH_MIN_QUERIES:
-                mix = flash_attention(q, keys, values, scale, start, pad)   # (B, H, n, D)
-            else:
-                mix = ag.attention(q, keys, values, mask[:, None], scale)  # (B, H, n, D)
-        else:
-            # Teaching path: every step a separate, visible tensor.
-            # 4. Grouped-query expansion: K/V head g serves query heads g*r .. g*r+r-1.
-            r = H // G
-            keys_h = ag.repeat_interleave(keys, r, axis=1)               # (B, H, m, D)
-            values_h = ag.repeat_interleave(values, r, axis=1)           # (B, H, m, D)
-            # 5. Scaled dot products, q k^T / sqrt(D) (the scale applied to the n x D
-            #    queries rather than to the n x m scores: fewer multiplies, the same values
-            #    up to rounding).
-            scores = ag.matmul(q * scale, keys_h.transpose(0, 1, 3, 2))  # (B, H, n, m)
-            scores = self.snap("scores", scores)
-            # 6. Causal mask: forbidden scores become -inf, and 7. softmax over the keys
-            #    (one op, masked_softmax = softmax(masked_fill(scores, mask, -inf))).
-            mask_t = self.snap("mask", Tensor(mask))                    # (B, n, m)
-            weights = self.snap("softmax", ag.masked_softmax(scores, mask_t.data[:, None]))  # (B, H, n, m)
-            # 8. Mix the values.
-            mix = ag.matmul(weights, values_h)                           # (B, H, n, D)
-        mix = self.snap("mix", mix)
+        # 4. Grouped-query expansion: K/V head g serves query heads g*r .. g*r+r-1.
+        k = ag.repeat_interleave(k, H // G, axis=1)                      # (B, H, m, D)
+        v = ag.repeat_interleave(v, H // G, axis=1)                      # (B, H, m, D)
+
+        # 5. Scaled dot products of every query with every key: q k^T / sqrt(D).
+        scores = ag.matmul(q, k.transpose(0, 1, 3, 2)) / math.sqrt(D)    # (B, H, n, m)
+        scores = self.snap("scores", scores)
+
+        # 6. The causal mask (and left padding): forbidden scores become -inf.
+        mask = causal_mask(n, m, start)                                  # (n, m)
+        if pad is not None:
+            mask = mask | (np.arange(m) < pad[:, None, None])            # (B, n, m)
+        mask = self.snap("mask", Tensor(np.broadcast_to(mask, (B, n, m))))  # (B, n, m)
+        scores = ag.masked_fill(scores, mask.data[:, None], -math.inf)   # (B, H, n, m)
+
+        # 7. Softmax over the keys: each query's weights sum to 1.
+        weights = self.snap("softmax", ag.softmax(scores, axis=-1))      # (B, H, n, m)
+
+        # 8. Mix the values by those weights.
+        mix = self.snap("mix", ag.matmul(weights, v))                    # (B, H, n, D)
 
         # 9. Concatenate the heads and project back to the model width.
         heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)           # (B, n, H*D)
-        assert keys.shape[2] == m
         return self.snap("out", self.wo(heads))                          # (B, n, C)
 
 
@@ -433,13 +436,8 @@ class FeedForward(Module):
         self.w3 = Linear(c.dim, c.ffn_dim, rng, dtype=dtype)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if not self.tracing("gate", "up", "act", "prod"):
-            # Fused path when no tracer looks inside: w1|w3 as one GEMM, the gating as one op.
-            gate_up = ag.linear(x, (self.w1.weight, self.w3.weight))     # (B, n, 2F)
-            return self.snap("out", self.w2(ag.swiglu(gate_up)))         # (B, n, C)
-        gate, up = ag.split(ag.linear(x, (self.w1.weight, self.w3.weight)), 2, axis=-1)  # w1 x, w3 x in one GEMM
-        gate = self.snap("gate", gate)                                   # (B, n, F)
-        up = self.snap("up", up)                                         # (B, n, F)
+        gate = self.snap("gate", self.w1(x))                             # (B, n, F)
+        up = self.snap("up", self.w3(x))                                 # (B, n, F)
         act = self.snap("act", ag.silu(gate))                            # (B, n, F)
         prod = self.snap("prod", act * up)                               # (B, n, F)
         return self.snap("out", self.w2(prod))                           # (B, n, C)
@@ -461,9 +459,9 @@ class Block(Module):
         self.ffn_norm = RMSNorm(config.dim, config.norm_eps, dtype)
         self.feed_forward = FeedForward(config, rng, dtype)
 
-    def __call__(self, x, rope, mask, cache=None, start=0, pad=None) -> Tensor:
+    def __call__(self, x, rope, cache=None, start=0, pad=None) -> Tensor:
         x = self.snap("resid_pre", x)
-        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, mask, cache, start, pad))
+        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, cache, start, pad))
         return self.snap("resid_post", h + self.feed_forward(self.ffn_norm(h)))
 
     def snapshot_axes(self):
@@ -582,6 +580,7 @@ class Transformer(Module):
             block.feed_forward._prefix = f"layers.{i}.mlp."
         self.norm._prefix = "norm."
         self._all_modules = tuple(super().modules())
+        self._kernel_slots = kernels.slots(self._all_modules[1:])          # the layers a kernel may replace
         self._axes = self._walk_snapshot_axes()
 
     def modules(self) -> list[Module]:
@@ -657,29 +656,23 @@ class Transformer(Module):
                              f"this model needs {self.dtype} with (L, G, D) = {self._cache_axes}: make it with "
                              "model.new_cache(batch)")
         pad = None if cache is None else cache.pad
-        if self._tracer is not None:
-            self._tracer.begin_forward(n=n, m=m, start=start, tokens=tokens, pad=pad)
+        self.begin_forward(n=n, m=m, start=start, tokens=tokens, pad=pad)
 
-        # Positions and the mask: causal, plus left padding when rows differ in length.
-        # A long block without a cache or tracer takes the packed attention path, which
-        # describes the mask instead of storing it; there no (n, m) array is made.
-        packed = cache is None and n >= FLASH_MIN_QUERIES and self._tracer is None
-        mask = None if packed else np.broadcast_to(causal_mask(n, m, start), (B, n, m))  # (B, n, m)
+        # Positions: row b of a left-padded batch counts from pad[b].
         if pad is None:
             cos, sin = self.rotary.tables(np.arange(start, m))             # (n, D/2)
         else:
             positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
             cos, sin = self.rotary.tables(positions)                        # (B, n, D/2)
             cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
-            mask = mask | (np.arange(m)[None, None, :] < pad[:, None, None])  # (B, n, m)
 
-        x = self.snap("embed", self.tok_embeddings(tokens))                 # (B, n, C)
-        for block in self.layers:
-            x = block(x, (cos, sin), mask, cache, start, pad)               # (B, n, C)
-        x = self.norm(x)                                                    # (B, n, C)
-        logits = self.snap("logits", self.output(x))                        # (B, n, V)
-        if self.tracing("probs"):
-            self.snap("probs", ag.softmax(logits, axis=-1))                 # (B, n, V)
+        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache):    # which layers run a kernel
+            x = self.snap("embed", self.tok_embeddings(tokens))             # (B, n, C)
+            for block in self.layers:
+                x = block(x, (cos, sin), cache, start, pad)                 # (B, n, C)
+            x = self.norm(x)                                                # (B, n, C)
+            logits = self.snap("logits", self.output(x))                    # (B, n, V)
+        self.snap_derived("probs", ag.softmax, logits, axis=-1)             # (B, n, V)
         if cache is not None:
             cache.start = m
         return logits

@@ -73,6 +73,7 @@ A UTF-8 JSON object, one merge per line so that it reads (and diffs) well::
     {
       "format": "glassllm-tokenizer",
       "version": 1,
+      "kind": "byte-bpe",
       "vocab_size": 1024,
       "pattern": "['\\\\u2019](?:[sdmt]|ll|ve|re)| ?...",
       "special_tokens": {"<|endoftext|>": 1023},
@@ -88,7 +89,9 @@ A UTF-8 JSON object, one merge per line so that it reads (and diffs) well::
 token, for people only, and is ignored when loading. ``vocab_size`` must equal
 ``256 + len(merges) + len(special_tokens)`` and the special tokens must hold
 the last ids. Any other ``format``, a newer ``version``, or a file that breaks
-these rules is refused with a one-line ``ValueError``.
+these rules is refused with a one-line ``ValueError``. ``kind`` tells this
+document from a SentencePiece one (:mod:`glassllm.sptokenizer`); a document
+without it is byte-level.
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
+
+from .tokenizing import TextTokenizer
 
 __all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair"]
 
@@ -394,13 +399,14 @@ def _bytes_to_unicode() -> dict[int, str]:
 # ----------------------------------------------------------------------------
 
 
-class Tokenizer:
+class Tokenizer(TextTokenizer):
     """A byte-level BPE tokenizer: 256 bytes, learned merges, then special tokens.
 
     Build one with :meth:`train` or :meth:`load`/:meth:`from_json`; the
     constructor takes the merges and special tokens directly and checks them.
     """
 
+    kind = "byte-bpe"
     _CACHE_LIMIT = 1 << 18  # distinct chunks remembered by the encoder
 
     def __init__(self, merges, special_tokens=None, pattern: str = PATTERN):
@@ -600,6 +606,11 @@ class Tokenizer:
         self._encode_with_specials(text, self._allowed(allowed_special), out)
         return out
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """What the model reads for ``text``: its ids with every special token allowed (nothing is put
+        before them: a glassllm model starts a fresh story after ``<|endoftext|>``)."""
+        return self.encode(text, allowed_special="all")
+
     def encode_bytes(self, data: bytes) -> list[int]:
         """The ids of arbitrary bytes (never special tokens); inverse of :meth:`decode_bytes`."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -655,6 +666,11 @@ class Tokenizer:
         """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
+    def token_bytes(self, token_id: int, after: int | None = None) -> bytes:
+        """The bytes of one id (whatever comes before it: ``after`` is ignored)."""
+        (i,) = self._check_ids([token_id])
+        return self._bytes[i]
+
     def piece(self, token_id: int) -> str:
         """Readable text of one id, for display only.
 
@@ -690,6 +706,16 @@ class Tokenizer:
         return dict(self._special)
 
     @property
+    def bos_id(self) -> None:
+        """None: nothing is put before a text."""
+        return None
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Generation ends at ``<|endoftext|>`` (nothing, for a tokenizer without it)."""
+        return (self._special[EOT],) if EOT in self._special else ()
+
+    @property
     def merges(self) -> list[tuple[int, int]]:
         """The merges ``(a, b)`` in order; merge ``i`` made id ``256 + i``."""
         return list(self._merges)
@@ -714,7 +740,7 @@ class Tokenizer:
 
     def to_json(self) -> str:
         """The tokenizer as a JSON document (format in the module docstring)."""
-        head = {"format": FORMAT, "version": VERSION, "vocab_size": self.vocab_size,
+        head = {"format": FORMAT, "version": VERSION, "kind": self.kind, "vocab_size": self.vocab_size,
                 "pattern": self._pattern, "special_tokens": self._special}
         lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
         merges = [json.dumps([a, b, self.piece(256 + i)], ensure_ascii=False)
@@ -741,6 +767,8 @@ class Tokenizer:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ValueError(f"not a glassllm tokenizer: format is {found!r}, expected {FORMAT!r}")
+        if doc.get("kind", "byte-bpe") != "byte-bpe":
+            raise ValueError(f"tokenizer kind {doc.get('kind')!r} is not a byte-level tokenizer, expected 'byte-bpe'")
         if doc.get("version") != VERSION:
             raise ValueError(f"tokenizer format version {doc.get('version')!r} is not supported, expected {VERSION}")
         for key, kind in (("pattern", str), ("special_tokens", dict), ("merges", list), ("vocab_size", int)):
@@ -888,8 +916,10 @@ def _cli_tokenizer(path) -> Tokenizer:
     # Anything but a model file is read as a tokenizer file, which names its own problems.
     if not checkpoint.starts_like_safetensors(head):
         return Tokenizer.load(path)
+    from .tokenizing import tokenizer_from_json
+
     _, meta = checkpoint.read_header(path)
     try:
-        return Tokenizer.from_json(meta.get("tokenizer", ""))
+        return tokenizer_from_json(meta.get("tokenizer", ""))
     except ValueError as e:
         raise ValueError(f"{str(path)!r}: bad tokenizer: {e}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import autograd as ag
+from ..kernels import attention, rms_norm
 from ..nn import Rotary, causal_mask
 
 SEED = 0
@@ -58,7 +59,8 @@ def _same_form(out: np.ndarray, shape: tuple, dtype, name: str, on: str, what: s
     if out.dtype != np.dtype(dtype):
         hint = " (the input's dtype)"
         if out.dtype == np.float64 and np.dtype(dtype) == np.float32:
-            hint = "; a NumPy float64 such as np.sqrt(D) turns float32 into float64: cast the result to the input's dtype"
+            hint = ("; a NumPy float64 such as np.sqrt(D) turns float32 into float64: cast the result to "
+                    "the input's dtype")
         raise Wrong(f"{name} returned dtype {out.dtype}, expected {np.dtype(dtype)}{hint}\n  on: {on}")
 
 
@@ -113,7 +115,7 @@ def check_softmax(f) -> int:
         out = _call(f, "softmax", (x.copy(),), on)
         ref = ag.softmax_np(x)
         _same_form(out, x.shape, x.dtype, "softmax", on, "the shape of x")
-        rows_in, rows_out = x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])
+        rows_in, rows_out = x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])   # (rows, m) each
         for r, (row_in, row_out) in enumerate(zip(rows_in, rows_out)):
             if np.all(np.isfinite(row_out)):
                 continue
@@ -214,7 +216,7 @@ def _head_variants(q, k, v):
     def masked_softmax(scores, mask, axis=-1):
         return ag.softmax_np(np.where(mask, scores, -np.inf), axis)
 
-    out = [
+    out = [  # each answer (n, m) @ (m, D) = (n, D)
         (masked_softmax(s, allowed) @ v, "the scores are not divided by sqrt(D): use q @ k.T / sqrt(D)"),
         (masked_softmax(s / D, allowed) @ v, "the scores are divided by D; divide by sqrt(D)"),
         (ag.softmax_np(s / np.sqrt(D)) @ v, "no causal mask: every query reads future keys too"),
@@ -239,14 +241,15 @@ def check_attention_head(f) -> int:
         start = m - n
         on = f"q {_arr(q)}, k {_arr(k)}, v {_arr(v)}: {what}"
         out = _call(f, "attention_head", (q.copy(), k.copy(), v.copy()), on)
-        ref = ag.attention(q[None, None], k[None, None], v[None, None],
-                           causal_mask(n, m, start), 1 / np.sqrt(D)).data[0, 0]   # (n, D)
+        ref = attention(q[None, None], k[None, None], v[None, None],
+                        causal_mask(n, m, start), 1 / np.sqrt(D)).data[0, 0]      # (n, D)
         _same_form(out, (n, D), q.dtype, "attention_head", on, "(n, D)")
         if not np.all(np.isfinite(out)):
             r = int(np.argwhere(~np.isfinite(out))[0][0])
-            if np.abs(q @ k.T).max() / np.sqrt(D) > 80:
+            peak = np.abs(q @ k.T).max() / np.sqrt(D)                    # of the (n, m) scores
+            if peak > 80:
                 raise Wrong(f"output row {r} is {_fmt(out[~np.isfinite(out)][0])}: exp overflowed on scores near "
-                            f"{_fmt(np.abs(q @ k.T).max() / np.sqrt(D))}; subtract each row's maximum before "
+                            f"{_fmt(peak)}; subtract each row's maximum before "
                             f"exp\n  on: {on}")
             raise Wrong(f"output row {r} is {_fmt(out[~np.isfinite(out)][0])}\n  on: {on}")
         if _close(out, ref, q.dtype):
@@ -294,7 +297,7 @@ def _rope_plain(x, pos, theta, halves=False, sign=1.0, exponent=2.0):
     cos, sin = np.cos(angle), np.sin(angle)
     x0, x1 = (x[:D // 2], x[D // 2:]) if halves else (x[0::2], x[1::2])
     a, b = x0 * cos - x1 * sin, x0 * sin + x1 * cos
-    return np.concatenate([a, b]) if halves else np.stack([a, b], axis=-1).reshape(D)
+    return np.concatenate([a, b]) if halves else np.stack([a, b], axis=-1).reshape(D)   # (D,)
 
 
 def check_rope_vector(f) -> int:
@@ -357,11 +360,12 @@ def check_rms_norm(f) -> int:
     for what, x, w, eps in cases:
         on = f"x {_arr(x)}, weight {_arr(w)}, eps={eps:g}: {what}"
         out = _call(f, "rms_norm", (x.copy(), w.copy(), eps), on)
-        ref = ag.rms_norm(x, w, eps).data
+        ref = rms_norm(x, w, eps).data
         _same_form(out, x.shape, x.dtype, "rms_norm", on, "the shape of x")
         if not np.all(np.isfinite(out)):
-            r = int(np.argwhere(~np.isfinite(out.reshape(-1, x.shape[-1])))[0][0])
-            if not np.any(x.reshape(-1, x.shape[-1])[r]):
+            rows_x, rows_out = x.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])   # (rows, C) each
+            r = int(np.argwhere(~np.isfinite(rows_out))[0][0])
+            if not np.any(rows_x[r]):
                 raise Wrong(f"row {r} is all zeros and gives {_fmt(out[~np.isfinite(out)][0])}: mean(x**2) is 0 there; "
                             f"add eps inside the square root, sqrt(mean(x**2) + eps)\n  on: {on}")
             raise Wrong(f"row {r} contains {_fmt(out[~np.isfinite(out)][0])}\n  on: {on}")
@@ -435,7 +439,7 @@ def check_softmax_backward(f) -> int:
             mistakes.append((p64 * (g64 - np.sum(g64 * p64, axis=0, keepdims=True)),
                              "the sum runs over the first axis; sum g * p over each row (the last axis)"))
         _match_mistake(out, ref, s.dtype, mistakes, on)
-        sums = out.reshape(-1, s.shape[-1]).sum(axis=-1)
+        sums = out.reshape(-1, s.shape[-1]).sum(axis=-1)                # (rows,)
         off = ~np.isclose(sums, 0.0, atol=10 * _tol(s.dtype))
         if off.any():
             r = int(np.argmax(off))

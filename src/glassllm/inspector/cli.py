@@ -6,12 +6,16 @@
     glassllm inspect "Once upon a time" --no-browser --port 8765
     glassllm inspect "Once upon a time" --html story.html  # one offline file, nothing fetched
     glassllm inspect --host 0.0.0.0 --no-browser           # for a class: prints a URL with an access token
+    glassllm inspect --run runs/tiny                       # a run folder: its model and its training timeline
 
 The bundled TinyStories model is used unless ``--model FILE`` names another
-model file. The server binds to loopback, open to this machine's user, unless
-``--host`` says otherwise; on any other address it needs an access token
-(generated, or ``--token``), unless ``--no-token`` opens it to everyone who can
-reach the port.
+model file, or ``--run DIR`` a training run's folder. A model with a training
+timeline beside it (``X.timeline.safetensors``, or a run's ``timeline.safetensors``;
+see :mod:`glassllm.timeline`) gets a Training tab: the run's probe prompt at
+log-spaced steps, with a step slider next to the loss curve. The server binds to
+loopback, open to this machine's user, unless ``--host`` says otherwise; on any
+other address it needs an access token (generated, or ``--token``), unless
+``--no-token`` opens it to everyone who can reach the port.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ def add_cli(name: str, parser) -> None:
                         help=f"the text to inspect (default: {DEFAULT_PROMPT!r})")
     parser.add_argument("--model", metavar="FILE", default=None,
                         help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--run", metavar="DIR", default=None,
+                        help="a training run's folder: its model.safetensors, and its timeline.safetensors in a "
+                             "Training tab (the probe's attention at log-spaced steps, next to the loss curve)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default: 127.0.0.1, this machine only)")
     parser.add_argument("--port", type=int, default=None, metavar="N",
@@ -67,15 +74,32 @@ def add_cli(name: str, parser) -> None:
     parser.set_defaults(func=_cli)
 
 
-def _load(path):
-    from ..checkpoint import bundled_model_path, load_model
+def _load(path, run=None):
+    """(model, tokenizer, meta, timeline or None) from --model FILE, --run DIR, or the bundled model."""
+    from pathlib import Path
 
+    from ..checkpoint import bundled_model_path, load_model
+    from ..timeline import load_timeline, timeline_path_for
+
+    if run is not None:
+        if path is not None:
+            raise ValueError("give --model FILE or --run DIR, not both (a run folder holds its model)")
+        folder = Path(run)
+        if not folder.is_dir():
+            raise ValueError(f"--run {run!r} is not a folder; expected a training run's folder (glassllm train --out)")
+        path = folder / "model.safetensors"
+        if not path.is_file():
+            raise ValueError(f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint")
+        if not timeline_path_for(folder).is_file():
+            raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
     if path is None:
         path = bundled_model_path()
         if not path.exists():
             raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
                              "from this installation")
-    return load_model(path)
+    model, tokenizer, meta = load_model(path)
+    beside = timeline_path_for(Path(run) if run is not None else Path(path))
+    return model, tokenizer, meta, load_timeline(beside) if beside.is_file() else None
 
 
 def _cli(args) -> int:
@@ -123,9 +147,9 @@ def _cli(args) -> int:
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("prompt is empty: give at least one character")
-    model, tokenizer, meta = _load(args.model)
+    model, tokenizer, meta, timeline = _load(args.model, args.run)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
-    inspector = Inspector(model, tokenizer, limits, meta, cache_mb=args.cache_mb)
+    inspector = Inspector(model, tokenizer, limits, meta, cache_mb=args.cache_mb, timeline=timeline)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
@@ -135,7 +159,9 @@ def _cli(args) -> int:
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
         stats = export_html(inspector, prompt, args.html, steps=args.steps)
-        print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views); "
+        ablation = stats["parts"].get("ablation", 0)
+        print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views, "
+              f"{ablation / 1e6:.1f} MB of them the later layers' attention under each layer-0 head's ablation); "
               "open it in any browser, offline")
         if stats["over_max_cells"]:
             print(f"note: {stats['over_max_cells']} of those views hold more than --max-cells "
@@ -159,8 +185,8 @@ def _serve(inspector, prompt: str, args) -> int:
     # Parallelism comes from the pool's workers, one core each: BLAS threads on top of them would
     # oversubscribe the cores (and OpenBLAS's spinning threads slow to a crawl on a busy machine).
     threadpool_limits(1)
-    app = create_app(inspector, prompt=prompt, access=access, pool=WorkPool(args.workers, args.queue),
-                     limiter=RateLimiter(args.rate_limit, args.rate_burst))
+    app = create_app(inspector, prompt=prompt, access=access, tab="training" if args.run else None,
+                     pool=WorkPool(args.workers, args.queue), limiter=RateLimiter(args.rate_limit, args.rate_burst))
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
     for i, port in enumerate(ports):

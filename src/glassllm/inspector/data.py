@@ -45,12 +45,16 @@ from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
 from .cache import TraceCache, model_digest, nbytes
-from .schema import Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, _shown
+from .schema import (
+    HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, _shown,
+)
 
-__all__ = ["Inspector", "encode_array"]
+__all__ = ["Inspector", "encode_array", "pool"]
 
 # Axis letters that select a head; the slice keeps the two axes after it.
 HEAD_AXES = ("H", "G")
+# The head grid's thumbnails hold at most this many rows and columns; longer prompts are averaged in blocks.
+THUMB_CELLS = 64
 # Which snapshot names (without their layer prefix) the page groups under which heading.
 GROUPS = (
     ("residual stream", ("resid_pre", "resid_mid", "resid_post", "embed")),
@@ -67,7 +71,7 @@ def encode_array(a: np.ndarray) -> dict:
     page shows exactly the numbers the tracer recorded.
     """
     a = np.asarray(a)
-    kinds = {"f": {4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
+    kinds = {"f": {2: "float16", 4: "float32", 8: "float64"}, "b": {1: "uint8"}, "u": {1: "uint8"}}
     dtype = kinds.get(a.dtype.kind, {}).get(a.dtype.itemsize)
     if dtype is None:
         a, dtype = a.astype(np.float64), "float64"
@@ -96,14 +100,19 @@ class Inspector:
     """Answers the page's requests for one model.
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
-    :class:`~glassllm.tokenizer.Tokenizer`; ``limits``: what one request may cost
-    (the prompt is capped to fit the context); ``cache``: where traced passes are
-    kept (default: a new :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb``
-    MB). Thread-safe: each computing thread runs its own copy of the model.
+    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece); ``limits``: what one
+    request may cost (the prompt is capped to fit the context); ``timeline``: the
+    :class:`~glassllm.timeline.Timeline` of the run that trained it, if there is one (the page's Training
+    tab); ``cache``: where traced passes are kept (default: a new
+    :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb`` MB). Thread-safe: each computing thread
+    runs its own copy of the model.
     """
 
+    timeline = None                 # the run's Timeline, if the model has one
+    _timeline_answer = None         # its answer, made once
+
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache: TraceCache | None = None, cache_mb: float = 512):
+                 cache: TraceCache | None = None, cache_mb: float = 512, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -120,6 +129,11 @@ class Inspector:
         self._ids: OrderedDict[str, list[int]] = OrderedDict()      # prompt -> ids, the last 256 prompts
         self._ids_lock = threading.Lock()
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
+        if timeline is not None and timeline.config != model.config:
+            raise ValueError(f"the timeline was recorded for another model shape ({timeline.config}) than this "
+                             f"model's ({model.config})")
+        self.timeline = timeline
+        self._timeline_answer = None
 
     # ------------------------------------------------------------------ names
     def local_names(self) -> list[str]:
@@ -172,19 +186,24 @@ class Inspector:
             "names": names,
             "vocab": self._vocab,
             "eot_id": _eot(self.tokenizer),
+            "end_ids": list(self.tokenizer.end_ids),
+            "tokenizer": self.tokenizer.kind,
+            "timeline": None if self.timeline is None else {
+                "steps": len(self.timeline.steps), "last": self.timeline.steps[-1], "tokens": len(self.timeline.ids)},
             "limits": {"max_prompt_tokens": self.limits.max_prompt_tokens,
                        "max_new_tokens": self.limits.max_new_tokens, "max_cells": self.limits.max_cells},
         }
 
     # ------------------------------------------------------------------ tokens
     def encode(self, prompt: str) -> list[int]:
-        """Prompt text -> ids (special tokens allowed, as ``glassllm generate`` does), length-checked."""
+        """Prompt text -> ids as ``glassllm generate`` reads it (the tokenizer's ``encode_prompt``:
+        special tokens allowed, ``<s>`` first for a SentencePiece Llama), length-checked."""
         with self._ids_lock:
             ids = self._ids.get(prompt)
             if ids is not None:
                 self._ids.move_to_end(prompt)
         if ids is None:
-            ids = self.tokenizer.encode(prompt, allowed_special="all")
+            ids = self.tokenizer.encode_prompt(prompt)
             with self._ids_lock:
                 self._ids[prompt] = ids
                 while len(self._ids) > 256:                  # prompts are at most 20,000 characters
@@ -260,6 +279,58 @@ class Inspector:
             "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None,
         }
         return out
+
+    # ------------------------------------------------------------------ the head grid
+    def heads(self, req: HeadsRequest) -> dict:
+        """Every layer's and head's ``attn.softmax`` (or its gradient) of the prompt's pass, as thumbnails.
+
+        ``values``: (L, H, r, c) float32, the (n, n) patterns averaged over f x f blocks of query and key
+        positions (f = ceil(n / 64), so r = c = ceil(n / f); f = 1 keeps every cell); ``masked``: (L, r, c),
+        1 where every cell of a block is a forbidden key. The masked cells of ``values`` are 0.
+        """
+        if req.target is not None and not req.grad:
+            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
+        if req.target is not None and req.target >= self.config.vocab_size:
+            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        ids = self.encode(req.prompt)
+        self._check_intervention(req.intervention, len(ids))
+        run = self._run_for(ids, 0, req.intervention, req.target if req.grad else None, req.grad)
+        L, n = self.config.n_layers, len(ids)
+        f = -(-n // THUMB_CELLS)
+        weights, masks = [], []
+        for layer in range(L):
+            a = run.get(f"layers.{layer}.attn.softmax", None, req.grad)               # (H, n, n)
+            mask = run.get(f"layers.{layer}.attn.mask", None, False)                 # (n, n) True = forbidden
+            pooled, blocked = pool(a, mask, f)
+            weights.append(pooled)
+            masks.append(blocked)
+        return {"layers": L, "heads": self.config.n_heads, "n": n, "block": f, "grad": req.grad,
+                "pieces": [self._vocab[i] for i in ids],
+                "values": encode_array(np.stack(weights).astype(np.float32)),       # (L, H, r, r)
+                "masked": encode_array(np.stack(masks).astype(np.uint8)),           # (L, r, r)
+                "target": run.target if req.grad else None,
+                "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None}
+
+    # ------------------------------------------------------------------ the training timeline
+    def timeline_view(self) -> dict:
+        """The run's probe history for the Training tab (see :mod:`glassllm.timeline`).
+
+        ``attn`` (S, L, H, n, n) and ``probs`` (S, V) travel as float16 (as the file stores them),
+        ``induction`` (S, L, H) as float32; ``rows``, ``history`` and ``steps`` as the file has them.
+        """
+        tl = self.timeline
+        if tl is None:
+            raise ValueError("this model has no training timeline (train with --timeline-points, or open "
+                             "a run folder with --run)")
+        if self._timeline_answer is None:
+            self._timeline_answer = {
+                "ids": tl.ids, "pieces": [self._vocab[i] for i in tl.ids], "period": tl.period,
+                "steps": tl.steps, "rows": tl.rows, "history": tl.history,
+                "attn": encode_array(tl.attn.astype(np.float16)),                 # (S, L, H, n, n)
+                "probs": encode_array(tl.probs.astype(np.float16)),               # (S, V)
+                "induction": encode_array(tl.induction.astype(np.float32)),       # (S, L, H)
+            }
+        return self._timeline_answer
 
     # ------------------------------------------------------------------ next token
     def next_token(self, req: NextRequest) -> dict:
@@ -347,8 +418,9 @@ class Inspector:
 
     def _finished(self, ids: list[int], step: int, run: _Run) -> str | None:
         """Why greedy decoding cannot take a step after pass ``step`` (None if it can)."""
-        if int(np.argmax(run.logits)) == _eot(self.tokenizer):
-            return "the model's top choice is <|endoftext|>: the text ends here"
+        top = int(np.argmax(run.logits))
+        if top in self.tokenizer.end_ids:
+            return f"the model's top choice is {self.tokenizer.piece(top)}: the text ends here"
         if step + 1 > self.limits.max_new_tokens:
             return f"this inspector stops after {self.limits.max_new_tokens} steps (--max-new-tokens)"
         if len(ids) + step + 1 >= self.config.max_seq_len:
@@ -408,7 +480,9 @@ class Inspector:
         """Can ``req`` be answered from passes already traced, without running the model? (A quick guess
         from dictionaries, no tokenizing: the server sends such requests to a lane of their own, so that
         switching views never waits behind another prompt's forward pass.)"""
-        if not isinstance(req, (SnapshotRequest, NextRequest)):
+        if isinstance(req, TimelineRequest):
+            return self._timeline_answer is not None
+        if not isinstance(req, (SnapshotRequest, NextRequest, HeadsRequest)):
             return True                     # tokenizing: at most 20,000 characters, no model
         with self._ids_lock:
             ids = self._ids.get(req.prompt)
@@ -421,12 +495,39 @@ class Inspector:
             keys = [self._decode_key(ids, req.step) if req.step else self._prompt_key(ids, None, None, False)]
             if req.intervention is not None:
                 keys.append(self._prompt_key(ids, req.intervention, None, False))
+        else:
+            keys = [self._prompt_key(ids, req.intervention, req.target, req.grad)]
         return all(self.cache.peek(k) is not None for k in keys)
 
 
 def _run_bytes(run: _Run) -> int:
     """Bytes a traced run holds: every step's values and gradients."""
     return nbytes(*[(s.values, s.grads) for s in run.trace.steps])
+
+
+def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Average (..., n, m) ``a`` over f x f blocks, leaving out the cells ``mask`` (n, m) forbids.
+
+    Returns the (..., r, c) means (r = ceil(n / f), c = ceil(m / f); 0 where a whole block is masked)
+    and the (r, c) blocks that are masked throughout.
+
+    >>> a = np.arange(16.0).reshape(4, 4); m = np.triu(np.ones((4, 4), bool), 1)
+    >>> pool(a, m, 2)[0].tolist(), pool(a, m, 2)[1].tolist()
+    ([[3.0, 0.0], [10.5, 13.0]], [[False, True], [False, False]])
+    """
+    if f == 1:
+        return np.where(mask, 0, a), mask.copy()
+    n, m = mask.shape
+    r, c = -(-n // f), -(-m // f)
+    keep = np.zeros((r * f, c * f))
+    keep[:n, :m] = ~mask
+    grid = np.zeros(a.shape[:-2] + (r * f, c * f))
+    grid[..., :n, :m] = np.where(mask, 0, a)
+    keep = keep.reshape(r, f, c, f)                                        # (r, f, c, f)
+    grid = grid.reshape(a.shape[:-2] + (r, f, c, f))                      # (..., r, f, c, f)
+    count = keep.sum(axis=(1, 3))                                         # (r, c)
+    total = grid.sum(axis=(-3, -1))                                       # (..., r, c)
+    return np.where(count > 0, total / np.maximum(count, 1), 0), count == 0
 
 
 def _group(local: str) -> str:

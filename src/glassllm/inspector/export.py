@@ -11,9 +11,15 @@ What is embedded, for the prompt:
 - every snapshot of every layer and head, its value and its gradient;
 - ``steps`` greedy decoding steps (fewer if the text ends), every snapshot's value;
 - the next-token logits of the prompt and of every step;
+- the head grid (every layer's and head's weights, and their gradients);
 - interventions: each head ablated, the mask switched off in each layer, the
   scores of each layer divided by each of ``TEMPERATURES``: the logits after each,
-  and the intervened layer's scores, mask and weights.
+  and the intervened layer's scores, mask and weights; under each head ablation,
+  the head grid too;
+- the training timeline, when the model has one;
+- under each ablation of a head of layer 0, the scores and weights of every head
+  of every later layer: how a later head's pattern depends on a layer-0 head
+  (a previous-token head feeding an induction head, say).
 
 Answers a view cannot have (the gradient of a constant, say) are embedded as
 their error message, which the page shows as the live server would. Style
@@ -31,7 +37,8 @@ from pydantic import ValidationError
 from ..checkpoint import atomic_write
 from .data import Inspector
 from .schema import (
-    Intervention, NextRequest, PromptRequest, SnapshotRequest, describe_validation_error, request_key,
+    HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
+    request_key,
 )
 from .server import read_assets
 
@@ -77,8 +84,13 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
     layers = range(inspector.config.n_layers)
 
-    # The prompt's pass: values and gradients.
+    if inspector.timeline is not None:                 # the Training tab: the run's probe history
+        out[request_key("timeline", TimelineRequest())] = inspector.timeline_view()
+
+    # The prompt's pass: values and gradients, one view at a time and all heads at once.
     put("next", inspector.next_token, NextRequest(prompt=prompt))
+    for grad in (False, True):
+        put("heads", inspector.heads, HeadsRequest(prompt=prompt, grad=grad))
     for name, layer, head in _views(inspector, layers):
         for grad in (False, True):
             put("snapshot", inspector.snapshot,
@@ -102,10 +114,25 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
         ivs += [Intervention(kind="temperature", layer=layer, temperature=t) for t in TEMPERATURES]
         for iv in ivs:
             put("next", inspector.next_token, NextRequest(prompt=prompt, intervention=iv))
-            for name, _, head in _views(inspector, [layer], {"attn.scores", "attn.mask", "attn.softmax"}):
+            if iv.kind == "ablate":
+                put("heads", inspector.heads, HeadsRequest(prompt=prompt, intervention=iv))
+            # The intervened layer's attention; under a layer-0 head's ablation, every later layer's too.
+            later = range(layer, len(layers)) if layer == 0 and iv.kind == "ablate" else [layer]
+            for name, at, head in _views(inspector, later, {"attn.scores", "attn.mask", "attn.softmax"}):
                 put("snapshot", inspector.snapshot,
-                    SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, intervention=iv))
+                    SnapshotRequest(prompt=prompt, name=name, layer=at, head=head, intervention=iv))
     return out
+
+
+def _part(key: str) -> str:
+    """Which part of the export a request key belongs to: its kind, or "ablation" for a later layer's
+    view under a layer-0 head's ablation."""
+    kind, body = key.split(":", 1)
+    body = json.loads(body)
+    iv = body.get("intervention") or {}
+    if kind == "snapshot" and iv.get("kind") == "ablate" and iv.get("layer") == 0 and body.get("layer", 0) > 0:
+        return "ablation"
+    return kind
 
 
 def render_html(info: dict, prompt: str, responses: dict[str, dict]) -> str:
@@ -131,8 +158,10 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
 
     ``steps``: greedy decoding steps to include (default: 8, or the
     inspector's ``max_new_tokens`` if lower). Returns ``{"path", "bytes",
-    "responses", "over_max_cells"}`` (views larger than the inspector's ``max_cells``,
-    saved as their error). Raises ``ValueError`` for a prompt the inspector refuses
+    "responses", "over_max_cells", "parts"}`` (views larger than the inspector's ``max_cells``,
+    saved as their error; ``parts``: the embedded answers' bytes by kind -- ``snapshot``, ``next``,
+    ``heads``, ``tokens``, and ``ablation`` for the later layers' views under a layer-0 head's
+    ablation). Raises ``ValueError`` for a prompt the inspector refuses
     (empty, too long) or a bad ``steps``.
     """
     try:
@@ -148,4 +177,8 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
     data = html.encode("utf-8")
     atomic_write(path, data)
     too_big = sum(1 for r in responses.values() if "max-cells" in str(r.get("error", "")))
-    return {"path": str(path), "bytes": len(data), "responses": len(responses), "over_max_cells": too_big}
+    parts: dict[str, int] = {}
+    for key, answer in responses.items():
+        parts[_part(key)] = parts.get(_part(key), 0) + len(json.dumps(answer, separators=(",", ":")))
+    return {"path": str(path), "bytes": len(data), "responses": len(responses), "over_max_cells": too_big,
+            "parts": parts}

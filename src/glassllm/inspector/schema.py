@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 __all__ = [
-    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest",
+    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
     "request_key", "describe_validation_error",
 ]
 
@@ -126,6 +126,22 @@ class SnapshotRequest(PromptRequest):
     grad: StrictBool = False
     target: StrictInt | None = Field(default=None, ge=0)
     intervention: Intervention | None = None
+
+
+class HeadsRequest(PromptRequest):
+    """Every layer's and head's attention weights (``attn.softmax``) of the prompt's pass, for the head grid.
+
+    ``grad``  their gradients instead (``target``: the token whose loss is differentiated,
+              default the model's top choice); ``intervention``: under one change of the pass.
+    """
+
+    grad: StrictBool = False
+    target: StrictInt | None = Field(default=None, ge=0)
+    intervention: Intervention | None = None
+
+
+class TimelineRequest(_Request):
+    """The training timeline of the model (an empty object: there is one per inspector)."""
 
 
 class NextRequest(PromptRequest):

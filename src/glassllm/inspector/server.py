@@ -9,6 +9,8 @@ Routes, and nothing else::
     POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
     POST /api/snapshot  one slice of one snapshot (see schema.SnapshotRequest)
     POST /api/next      the next-token logits, survivors, before/after an intervention
+    POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
+    POST /api/timeline  {} -> the training run's probe history (when the model has one)
 
 The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
@@ -46,10 +48,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
 from .pool import Busy, Limited, RateLimiter, WorkPool
-from .schema import NextRequest, PromptRequest, SnapshotRequest, describe_validation_error
+from .schema import (
+    HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
+)
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
 
@@ -73,9 +78,19 @@ UNAUTHORIZED_PAGE = """<!doctype html>
 
 
 def read_assets() -> dict[str, str]:
-    """The page's three files, read from the installed package."""
+    """The page's three files, read from the installed package.
+
+    index.html gets the colour maps and hatching of :mod:`glassllm.trace.colors`
+    as ``<script id="glass-colors" type="application/json">``, which app.js reads:
+    the page, ``Trace.plot`` and the notebooks draw from the same definitions.
+    """
     folder = resources.files("glassllm.inspector") / "static"
-    return {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+    assets = {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
+    tag = '<script src="app.js"></script>'
+    assert assets["index.html"].count(tag) == 1, "index.html lost its script tag"
+    palette = f'<script id="glass-colors" type="application/json">{colors.page_json()}</script>\n'
+    assets["index.html"] = assets["index.html"].replace(tag, palette + tag)
+    return assets
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -91,10 +106,10 @@ def _secured(response: Response) -> Response:
 
 
 def create_app(inspector: Inspector, prompt: str | None = None, access: Access | None = None,
-               pool: WorkPool | None = None, limiter: RateLimiter | None = None) -> FastAPI:
+               tab: str | None = None, pool: WorkPool | None = None, limiter: RateLimiter | None = None) -> FastAPI:
     """The FastAPI app serving ``inspector``.
 
-    ``prompt``: the prompt the page opens with.
+    ``prompt``: the prompt the page opens with; ``tab``: the tab it opens on (``"training"`` for a run).
     ``access``: the token and the server's own host names (default: no token, loopback names only).
     ``pool``: where the model's work runs (default: one worker per core, 32 waiting at most); requests
     the trace cache can answer run on a second pool of the same size.
@@ -104,7 +119,7 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
     pool = pool or WorkPool()
     lookups = WorkPool(pool.workers, pool.queue)             # answers from traced passes: slicing only
     assets = read_assets()
-    info_cache = {**inspector.info(), "prompt": prompt}
+    info_cache = {**inspector.info(), "prompt": prompt, "tab": tab}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
     app = FastAPI(title="glassllm inspector", docs_url=None, redoc_url=None, openapi_url=None,
                   redirect_slashes=False)
@@ -239,6 +254,14 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
     @app.post("/api/next")
     async def next_token(req: NextRequest):
         return await compute(inspector.next_token, req)
+
+    @app.post("/api/heads")
+    async def heads(req: HeadsRequest):
+        return await compute(inspector.heads, req)
+
+    @app.post("/api/timeline")
+    async def timeline(req: TimelineRequest):
+        return await compute(lambda _: inspector.timeline_view(), req)
 
     return app
 

@@ -24,7 +24,8 @@ prefill with n = m = prompt length, then steps with n = 1, m = start + 1).
 ``names=`` stores only some snapshots (exact names, globs such as
 ``layers.2.attn.*``, or layer-local names such as ``attn.softmax`` for every
 layer); ``dtype=`` casts what is stored. Snapshots that are not asked for cost
-nothing: the model keeps its fused fast path for them.
+nothing: layers whose snapshots no one asks for keep running their kernels
+(:mod:`glassllm.kernels`).
 
 Gradients. When a backward pass runs inside the ``with`` block, every recorded
 snapshot also gets ``d loss / d snapshot`` under the same name. Each name is

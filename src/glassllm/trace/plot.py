@@ -1,12 +1,13 @@
 """One snapshot of a :class:`~glassllm.trace.Trace` as a labelled heatmap, with matplotlib.
 
-The picture the inspector draws, for a notebook or a script: rows and columns
-named by their axes (queries down and keys across for attention; positions
-down and features across for vectors), token pieces on the position axes when
-a tokenizer is given, masked attention cells in light grey -- a colour no
-scale uses, so a forbidden cell is never mistaken for a weight that is merely
-small -- and a colour scale chosen by what the numbers are --
-0 to 1 for probabilities and attention weights, symmetric around 0 for
+The picture the inspector draws, for a notebook or a script, in the same look
+(:mod:`glassllm.trace.colors`): rows and columns named by their axes (queries
+down and keys across for attention; positions down and features across for
+vectors), token pieces on both position axes when a tokenizer is given, masked
+attention cells hatched on a ground no scale uses, so a forbidden cell is never
+mistaken for a weight that is merely small, a colour bar, and a scale chosen by
+what the numbers are -- 0 to 1 for probabilities and attention weights, 0 to
+the maximum for other values that are never negative, symmetric around 0 for
 anything signed (activations, scores, gradients).
 
 The image holds the snapshot's own numbers (``AxesImage.get_array()``),
@@ -20,15 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import causal_mask
+from . import colors
 from .registry import _head_axis
 
 # Axis letters as words, for the labels (the shape legend of glassllm.trace).
 AXIS_NAMES = {"n": "position", "m": "key position", "H": "query head", "G": "key/value head",
               "D": "head feature", "C": "feature", "V": "token id", "F": "MLP feature"}
-
-# Snapshots whose values are probabilities: drawn from 0 to 1 on a sequential scale.
-PROBABILITIES = ("attn.softmax", "probs")
-
 
 def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False, tokenizer=None, ax=None):
     """Draw snapshot ``name`` (or its gradient) of ``trace`` on ``ax``; return the ``AxesImage``.
@@ -57,19 +55,11 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
 
     attention = axes == ["n", "m"]
     masked = _forbidden(trace, full, s) if attention else None
-    data = np.ma.masked_array(values.astype(np.float64), mask=masked if masked is not None else False)
     if ax is None:
         ax = plt.figure(figsize=(6.4, 5.2), constrained_layout=True).add_subplot()
-    if values.dtype == bool:
-        scale, low, high = "Greys", 0.0, 1.0
-    elif not grad and full.endswith(PROBABILITIES):
-        scale, low, high = "viridis", 0.0, 1.0
-    else:
-        top = float(np.abs(data).max()) if data.count() else 0.0
-        scale, low, high = "RdBu_r", -(top or 1.0), top or 1.0
-    # Masked entries take the colour map's "bad" colour: forbidden cells are 0 by rule, not by the model's choice.
-    image = ax.imshow(data, cmap=plt.get_cmap(scale).with_extremes(bad="0.85"), vmin=low, vmax=high,
-                      interpolation="nearest", aspect="equal" if attention else "auto")
+    image = matrix(ax, values, name=full, grad=grad, mask=masked, colorbar=False)
+    if not attention:
+        ax.set_aspect("auto")
 
     keys = trace.context(s.index)                                       # positions m - len .. m-1
     # axis letter -> (first drawn index that has a label, labels); key ids the trace never saw stay unlabelled
@@ -86,6 +76,42 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     where = [f"head {head}" if head is not None else "", f"step {s.index}" if len(trace.steps) > 1 else ""]
     ax.set_title(" · ".join([what, *filter(None, where)]), fontsize=9)
     ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return image
+
+
+def matrix(ax, values, *, name: str = "", grad: bool = False, mask=None, rows=None, cols=None,
+           colorbar: bool = True):
+    """Draw one (rows, cols) matrix on ``ax`` as the inspector does; return the ``AxesImage``.
+
+    The colour map and its range follow :func:`glassllm.trace.colors.scale`
+    (``name`` is the snapshot's name, e.g. ``attn.softmax``, which selects the
+    fixed 0 to 1 scale of probabilities; ``grad``: the values are a gradient).
+    ``mask`` (True = forbidden) cells are hatched and left out of the scale;
+    ``rows`` / ``cols`` label every row / column (token pieces, say);
+    ``colorbar`` adds the colour bar (for a grid of heads, draw one for the
+    figure instead: ``fig.colorbar(image, ax=axes)``). The image holds
+    ``values``, masked cells as masked entries.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"values must be a matrix (rows, cols), got shape {values.shape}")
+    if mask is not None and np.shape(mask) != values.shape:
+        raise ValueError(f"mask has shape {np.shape(mask)}; expected the values' {values.shape}")
+    data = np.ma.masked_array(values, mask=mask if mask is not None else False)
+    kind, low, high = colors.scale(values, name, grad=grad, mask=mask)
+    # Masked entries take the colour map's "bad" colour, then the hatching: forbidden cells are 0 by rule,
+    # not by the model's choice.
+    image = ax.imshow(data, cmap=colors.colormap(kind), vmin=low, vmax=high, interpolation="nearest")
+    if mask is not None:
+        colors.hatch_masked(ax, mask)
+    for labels, set_ticks, n, extra in ((rows, ax.set_yticks, values.shape[0], {}),
+                                        (cols, ax.set_xticks, values.shape[1], {"rotation": 90})):
+        if labels is not None:
+            if len(labels) != n:
+                raise ValueError(f"{len(labels)} labels for {n} rows or columns")
+            set_ticks(range(n), list(labels), fontsize=7, **extra)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return image
 
 

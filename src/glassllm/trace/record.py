@@ -161,6 +161,19 @@ class Trace:
 
         return plot(self, name, layer, head, step, grad, tokenizer, ax)
 
+    def show(self, tokenizer=None, *, height: int = 860):
+        """The inspector inside a notebook, for this trace's first forward pass and its recorded snapshots.
+
+        Returns a display object that Jupyter renders inline (the inspector's
+        offline page in a frame: no server, no network); ``tokenizer`` labels the
+        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
+        """
+        # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
+        # when called: the tracer does not import the inspector.
+        import importlib
+
+        return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
+
     def shape(self, name: str, layer=None, step=None) -> tuple:
         full = self.name(name, layer)
         s = self.step(step)

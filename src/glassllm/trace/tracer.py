@@ -2,7 +2,7 @@
 
 The model calls three methods on an attached tracer (see :mod:`glassllm.nn`):
 ``begin_forward(n=, m=, start=, tokens=, pad=)`` at the start of every forward,
-``wants(names)`` to decide whether to take a spelled-out teaching path, and
+``wants(names)`` to decide whether a layer must run its reference code instead of a kernel, and
 ``record(name, t)``, whose return value flows on downstream -- which is how
 interventions replace a snapshot.
 """

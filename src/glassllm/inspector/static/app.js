@@ -12,6 +12,9 @@
   // ------------------------------------------------------------------ data source
   const embeddedNode = document.getElementById("glass-data");
   const embedded = embeddedNode ? JSON.parse(embeddedNode.textContent) : null;
+  // The colour maps and the hatching of masked cells, defined once in Python (glassllm.trace.colors,
+  // which Trace.plot uses too); the server and the export put them in the page as <script id="glass-colors">.
+  const COLORS = JSON.parse(document.getElementById("glass-colors").textContent);
 
   // Canonical key of a request: fields that differ from their defaults, keys sorted, no spaces.
   function canon(x) {
@@ -40,7 +43,8 @@
         delete plain.intervention;
         r = embedded.responses[requestKey(kind, plain)];
       }
-      if (!r) throw new Error("not included in this offline export: run `glassllm inspect` for every view");
+      if (!r) throw new Error("not included in this offline export (under an intervention it holds the intervened " +
+        "layer's attention, and under a layer-0 head's ablation every later layer's): run `glassllm inspect` for every view");
       if (r.error) throw new Error(r.error);
       return r;
     },
@@ -99,7 +103,18 @@
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     if (enc.dtype === "float32") return new Float32Array(bytes.buffer);
     if (enc.dtype === "float64") return new Float64Array(bytes.buffer);
+    if (enc.dtype === "float16") return halves(new Uint16Array(bytes.buffer));
     return bytes;
+  }
+
+  // IEEE half-precision bits -> Float32Array (the training timeline stores its weights so).
+  function halves(u16) {
+    const out = new Float32Array(u16.length);
+    for (let i = 0; i < u16.length; i++) {
+      const h = u16[i], sign = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+      out[i] = e === 0 ? sign * f * 2 ** -24 : e === 31 ? (f ? NaN : sign * Infinity) : sign * (1 + f / 1024) * 2 ** (e - 15);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------------ small helpers
@@ -122,6 +137,16 @@
     return v.toFixed(d);
   };
   const nice = (n) => n.toLocaleString("en-US");
+  // A number at the precision of the dtype it was computed in: float32 values are shown with the fewest
+  // digits that read back as the same float32 (at most 9), float64 ones with JavaScript's shortest (at most 17).
+  function precise(v, dtype) {
+    if (dtype !== "float32" || !Number.isFinite(v)) return String(v);
+    for (let p = 1; p < 9; p++) {
+      const s = v.toPrecision(p);
+      if (Math.fround(Number(s)) === v) return String(Number(s));
+    }
+    return String(Number(v.toPrecision(9)));
+  }
   const AXIS_NAMES = {
     n: "query position", m: "key position", C: "feature (C)", D: "head feature (D)", F: "MLP unit (F)",
     V: "vocabulary id (V)", "": "",
@@ -131,7 +156,7 @@
   const state = {
     mode: source.mode, prompt: "", ids: [], pieces: [], layer: 0, name: "attn.softmax", head: 0, grad: false,
     step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null,
-    busy: 0, rendered: 0,
+    busy: 0, rendered: 0, tab: "heatmap",
   };
   let info = null;
   let names = {};                    // local name -> {axes, in_layer, head_axis, heads, group}
@@ -153,7 +178,7 @@
   let current = null;                // the snapshot response being shown
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
-    state, requestKey, timings: [],
+    state, requestKey, timings: [], colors: COLORS,
     heatmap: null, next: null,
     // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
     async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
@@ -163,6 +188,7 @@
     async reset() { await resetSteps(); },
     async intervene(iv) { setIntervention(iv); await onIntervention(); },
     idle() { return idlePromise(); },
+    tab(name) { return showTab(name); },
   };
   window.glass = glass;
 
@@ -328,6 +354,7 @@
       b.title = why;
     });
     for (const id of ["layers", "heads", "showwhat"]) rove($(id));
+    if (state.tab === "map") updateMap();
   }
 
   // One Tab stop per group of radio buttons: the chosen one (or the first that can be chosen); the arrow
@@ -415,6 +442,7 @@
         $("view-error").hidden = true;
         $("heatmap-wrap").classList.remove("stale");
         draw();
+        await updateCompare(body);
       } catch (e) {
         if (requestKey("snapshot", snapshotBody()) !== requestKey("snapshot", body)) return; // superseded
         // The heatmap and its heading would describe the previous view: say so, and grey it out.
@@ -431,15 +459,18 @@
         clearReadout();
         $("rowsum-line").textContent = "";
         $("howto-text").replaceChildren(el("p", {}, "No view to read: see the message above."));
+        $("compare").hidden = true;
+        glass.compare = null;
         updateEditButton();
       }
     });
+    if (state.tab === "heads") await loadGrid();           // the grid follows value/gradient, prompt, intervention
   }
 
   // Colour maps: sequential (white -> ink blue) for weights and probabilities, diverging
-  // (blue - white - red) for signed values and gradients.
-  const SEQ = [[255, 255, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-  const DIV = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
+  // (blue - white - red) for signed values and gradients, and the masked cells' ground and hatching.
+  // Defined once in Python: COLORS, at the top.
+  const SEQ = COLORS.sequential, DIV = COLORS.diverging;
   function ramp(stops) {
     const lut = new Uint8ClampedArray(256 * 3);
     for (let i = 0; i < 256; i++) {
@@ -449,12 +480,13 @@
     return lut;
   }
   const LUT = {seq: ramp(SEQ), div: ramp(DIV)};
-  const MASKED_RGB = [214, 210, 200];
+  const MASKED_RGB = COLORS.masked;
+  const HATCH_CSS = `rgba(${COLORS.hatch.rgb.join(", ")}, ${COLORS.hatch.alpha})`;
 
   function scaleFor(r, data, mask) {
     const local = r.local;
     if (!r.grad && (local === "attn.softmax" || local === "probs" || local === "attn.mask")) {
-      return {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1"};
+      return {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1: white is 0, darkest blue is 1"};
     }
     let lo = Infinity, hi = -Infinity;
     for (let i = 0; i < data.length; i++) {
@@ -463,12 +495,69 @@
       if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
     }
     if (lo === Infinity) { lo = 0; hi = 1; }
-    if (lo >= 0 && !r.grad) return {kind: "seq", lo: 0, hi: hi || 1, note: "scale 0 … max"};
+    if (lo >= 0 && !r.grad) {
+      return {kind: "seq", lo: 0, hi: hi || 1, note: "scale 0 … this view's largest value: white is 0, darkest blue the largest"};
+    }
     const a = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
-    return {kind: "div", lo: -a, hi: a, note: "symmetric scale: white is 0"};
+    return {kind: "div", lo: -a, hi: a, note: "symmetric scale −a … a, a = this view's largest |value|: white is 0, " +
+      "blue below, red above"};
   }
 
   let geom = null;   // layout of the last drawing, for hover and tests
+
+  // A (rows, cols) matrix as an image of one pixel per value, in scale ``sc``'s colours; masked cells grey.
+  function cellsImage(data, mask, rows, cols, sc) {
+    const lut = LUT[sc.kind];
+    const img = new ImageData(cols, rows);
+    const px = img.data, scale = 255 / (sc.hi - sc.lo || 1);
+    for (let i = 0, o = 0; i < rows * cols; i++, o += 4) {
+      const v = data[i];
+      px[o + 3] = 255;
+      if (mask && mask[i]) { px[o] = MASKED_RGB[0]; px[o + 1] = MASKED_RGB[1]; px[o + 2] = MASKED_RGB[2]; continue; }
+      if (!(v > -Infinity && v < Infinity)) continue;          // NaN or infinite: black
+      let k = Math.round((v - sc.lo) * scale);
+      k = (k < 0 ? 0 : k > 255 ? 255 : k) * 3;
+      px[o] = lut[k]; px[o + 1] = lut[k + 1]; px[o + 2] = lut[k + 2];
+    }
+    const off = document.createElement("canvas");
+    off.width = cols; off.height = rows;
+    off.getContext("2d").putImageData(img, 0, 0);
+    return off;
+  }
+
+  // Diagonal hatching over the masked cells of a grid drawn at (x0, y0) with cells cw x ch.
+  function hatch(g, mask, rows, cols, x0, y0, cw, ch) {
+    const gridW = cols * cw, gridH = rows * ch;
+    g.save();
+    g.beginPath();
+    for (let i = 0; i < rows; i++) {
+      let j = 0;
+      while (j < cols) {
+        if (!mask[i * cols + j]) { j++; continue; }
+        let e = j; while (e < cols && mask[i * cols + e]) e++;
+        g.rect(x0 + j * cw, y0 + i * ch, (e - j) * cw, ch);
+        j = e;
+      }
+    }
+    g.clip();
+    g.strokeStyle = HATCH_CSS; g.lineWidth = 1;
+    g.beginPath();
+    for (let d = -gridH; d < gridW; d += COLORS.hatch.spacing) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
+    g.stroke();
+    g.restore();
+  }
+
+  // A matrix painted to fill ``canvas`` at cssW x cssH CSS pixels (thumbnails, before/after panels).
+  function paint(canvas, data, rows, cols, mask, sc, cssW, cssH) {
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.round(cssW * dpr); canvas.height = Math.round(cssH * dpr);
+    canvas.style.width = cssW + "px"; canvas.style.height = cssH + "px";
+    const g = canvas.getContext("2d");
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.imageSmoothingEnabled = cols > cssW;               // shrinking a wide matrix: average, do not drop columns
+    g.drawImage(cellsImage(data, mask, rows, cols, sc), 0, 0, cssW, cssH);
+    if (mask && mask.some((v) => v)) hatch(g, mask, rows, cols, 0, 0, cssW / cols, cssH / rows);
+  }
 
   function draw() {
     const t0 = performance.now();
@@ -507,46 +596,12 @@
 
     // 1. The cells: one pixel per value, scaled up without smoothing.
     const sc = scaleFor(r, data, mask);
-    const lut = LUT[sc.kind];
-    const img = new ImageData(cols, rows);
-    const span = sc.hi - sc.lo || 1;
-    const px = img.data, scale = 255 / span;
-    for (let i = 0, o = 0; i < rows * cols; i++, o += 4) {
-      const v = data[i];
-      px[o + 3] = 255;
-      if (mask && mask[i]) { px[o] = MASKED_RGB[0]; px[o + 1] = MASKED_RGB[1]; px[o + 2] = MASKED_RGB[2]; continue; }
-      if (!(v > -Infinity && v < Infinity)) continue;          // NaN or infinite: black
-      let k = Math.round((v - sc.lo) * scale);
-      k = (k < 0 ? 0 : k > 255 ? 255 : k) * 3;
-      px[o] = lut[k]; px[o + 1] = lut[k + 1]; px[o + 2] = lut[k + 2];
-    }
-    const off = document.createElement("canvas");
-    off.width = cols; off.height = rows;
-    off.getContext("2d").putImageData(img, 0, 0);
     const x0 = rowLabelW, y0 = topH;
     g.imageSmoothingEnabled = false;
-    g.drawImage(off, x0, y0, gridW, gridH);
+    g.drawImage(cellsImage(data, mask, rows, cols, sc), x0, y0, gridW, gridH);
 
     // 2. Masked cells: hatched, so that "forbidden" never looks like "small".
-    if (mask && cw >= 3 && ch >= 3) {
-      g.save();
-      g.beginPath();
-      for (let i = 0; i < rows; i++) {
-        let j = 0;
-        while (j < cols) {
-          if (!mask[i * cols + j]) { j++; continue; }
-          let e = j; while (e < cols && mask[i * cols + e]) e++;
-          g.rect(x0 + j * cw, y0 + i * ch, (e - j) * cw, ch);
-          j = e;
-        }
-      }
-      g.clip();
-      g.strokeStyle = "rgba(120, 112, 96, 0.55)"; g.lineWidth = 1;
-      g.beginPath();
-      for (let d = -gridH; d < gridW; d += 6) { g.moveTo(x0 + d, y0 + gridH); g.lineTo(x0 + d + gridH, y0); }
-      g.stroke();
-      g.restore();
-    }
+    if (mask && cw >= 3 && ch >= 3) hatch(g, mask, rows, cols, x0, y0, cw, ch);
     // Cell borders when cells are large enough to read one by one.
     if (cw >= 14 && ch >= 14) {
       g.strokeStyle = "rgba(255,255,255,0.7)"; g.lineWidth = 1;
@@ -629,6 +684,18 @@
           "intervention set these weights after the softmax.";
     } else $("rowsum-line").textContent = "";
 
+    // 6. The row labels again, on a strip that stays in place when a wide grid scrolls sideways.
+    const strip = $("heatmap-rows"), wide = cssW > wrap.clientWidth;
+    strip.hidden = !wide;
+    canvas.style.marginLeft = wide ? -x0 + "px" : "0";
+    if (wide) {
+      strip.width = Math.round(x0 * dpr); strip.height = canvas.height;
+      strip.style.width = x0 + "px"; strip.style.height = cssH + "px";
+      const sg = strip.getContext("2d");
+      sg.fillStyle = "#fffdf8"; sg.fillRect(0, 0, strip.width, strip.height);
+      sg.drawImage(canvas, 0, 0, strip.width, strip.height, 0, 0, strip.width, strip.height);
+    }
+
     geom = {x0, y0, cw, ch, rows, cols};
     // A cell picked before is read again in this view; otherwise the line must not keep describing a cell
     // of the previous view (it is a live region: a screen reader would announce a number that is not here).
@@ -659,15 +726,10 @@
   }
 
   function drawLegend(sc, r, mask) {
-    const c = $("legend-bar"), g = c.getContext("2d");
-    const lut = LUT[sc.kind];
-    for (let x = 0; x < c.width; x++) {
-      const k = Math.round((x / (c.width - 1)) * 255) * 3;
-      g.fillStyle = `rgb(${lut[k]},${lut[k + 1]},${lut[k + 2]})`;
-      g.fillRect(x, 0, 1, c.height);
-    }
+    drawScaleBar($("legend-bar"), sc);
     $("legend-lo").textContent = fmt(sc.lo);
-    $("legend-hi").textContent = fmt(sc.hi) + "  (" + sc.note + ")";
+    $("legend-hi").textContent = fmt(sc.hi);
+    $("legend-note").textContent = sc.note;
     $("legend-masked").hidden = !mask || !mask.some((v) => v);
     $("legend-cache").hidden = !(r.step > 0 && r.axes[1] === "m");
   }
@@ -683,7 +745,9 @@
     const shape = `shape (${r.axes.filter((a) => a).map((a, i) => `${a} = ${r.shape[i]}`).join(", ")})`;
     const target = r.grad ? ` · loss = −log p(${JSON.stringify(r.target_piece)}) at the last position` : "";
     $("view-shape").textContent = `${shape} · ${stepTxt}${target}${iv}`;
-    $("howto-text").replaceChildren(...howTo(r, c, sc).map((t) => el("p", {}, t)));
+    const scale = el("p", {id: "howto-scale"}, "Colour: ");
+    scale.append(el("b", {}, sc.note), ".");
+    $("howto-text").replaceChildren(...howTo(r, c, sc).map((t) => el("p", {}, t)), scale);
   }
 
   function howTo(r, c, sc) {
@@ -717,7 +781,7 @@
         "piece is shown when you hover or move to a cell. Row i holds the model's scores (or probabilities) for " +
         "the token that comes after position i.");
       if (!r.grad) out.push(r.local === "probs"
-        ? "Each row is a distribution over all ids and sums to 1; the colour scale runs from 0 to the largest value."
+        ? "Each row is a distribution over all ids and sums to 1."
         : "Logits are unnormalised: only their differences within a row matter (the softmax ignores a shift).");
     } else if (r.col_kind === "none" || r.shape[1] === 1) {
       out.push("One number per position (a single column): rows are positions, one per token. Hover a cell, or " +
@@ -725,9 +789,7 @@
     } else {
       out.push(`Rows are positions (one per token), columns are the coordinates of the vector at that position. ` +
         "A feature index has no meaning by itself: there is no reason feature 17 should mean anything a person could name.");
-      if (!r.grad) out.push(sc && sc.kind === "seq"
-        ? "The colour scale runs from 0 to the largest value (every value here is >= 0); hover a cell, or move to it with the arrow keys, for its exact value."
-        : "The colour scale is symmetric around 0 for signed values; hover a cell, or move to it with the arrow keys, for its exact value.");
+      out.push("Hover a cell, or move to it with the arrow keys, for its value.");
     }
     return out;
   }
@@ -800,7 +862,9 @@
     else if (r.col_kind === "vocab") colTxt = `id ${j} "${info.vocab[j]}"`;
     else if (r.col_kind === "none") colTxt = "";
     else colTxt = `${r.axes[1]} ${j}`;
-    return {where: colTxt ? `${rowTxt} → ${colTxt}` : rowTxt, exact: String(r.data[i * geom.cols + j]), masked};
+    const v = r.data[i * geom.cols + j];
+    // exact: every bit (for tests and copying); shown: at the dtype's precision.
+    return {where: colTxt ? `${rowTxt} → ${colTxt}` : rowTxt, exact: String(v), shown: precise(v, r.values.dtype), masked};
   }
 
   const readoutHint = $("readout").textContent;   // the page's own words for "nothing read yet"
@@ -813,7 +877,7 @@
 
   function showReadout(i, j) {
     const c = describeCell(i, j), ro = $("readout");
-    ro.textContent = `${c.where}: ${c.exact}${c.masked ? " (masked)" : ""}`;
+    ro.textContent = `${c.where}: ${c.shown}${c.masked ? " (masked)" : ""}`;
     ro.dataset.row = String(i); ro.dataset.col = String(j); ro.dataset.value = c.exact;
   }
 
@@ -822,11 +886,12 @@
   // (the one "Edit cell" sets); hovering only shows it.
   function showCell(i, j, cx, cy, pick) {
     if (pick) cursor = {i, j};
-    const {where, exact, masked} = describeCell(i, j);
+    const {where, exact, shown, masked} = describeCell(i, j);
     const tip = $("tooltip");
     tip.replaceChildren(
       el("div", {class: "small muted"}, where),
-      el("div", {class: "mono big"}, exact),
+      el("div", {class: "mono big"}, shown),
+      el("div", {class: "small muted"}, current.values.dtype),
     );
     if (masked) tip.append(el("div", {class: "small"}, "masked: this key is in the query's future"));
     tip.dataset.row = String(i); tip.dataset.col = String(j); tip.dataset.value = exact;
@@ -1007,16 +1072,15 @@
     glass.next = {logits: z, probs, sampled, survivors, temperature: state.temperature, topK: state.topK,
                   topP: state.topP, step: state.step};
     const bars = $("bars");
-    bars.replaceChildren();
+    bars.replaceChildren(barColumns("candidate", "p (track 0 … 1)", "p", "sampled"));
     const top = ranked(probs, 12, z);
     const keep = new Set(survivors);
-    const pmax = probs[top[0]] || 1;
     for (const id of top) {
       const li = el("li", {class: "bar" + (keep.has(id) ? " kept" : " cut"), "data-id": String(id),
                            "data-prob": String(probs[id]), "data-sampled": String(sampled[id])});
       li.title = `id ${id}: logit ${z[id]}; p = ${probs[id]}` + (keep.has(id) ? "" : " (filtered out)");
       const fill = el("span", {class: "fill"});
-      fill.style.width = (100 * probs[id] / pmax).toFixed(2) + "%";
+      fill.style.width = (100 * probs[id]).toFixed(2) + "%";          // absolute: a full track is p = 1
       li.append(el("span", {class: "tick"}, keep.has(id) ? "✓" : "·"),
                 el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)),
                 el("span", {class: "track"}, ""),
@@ -1052,6 +1116,14 @@
     glass.lastNextMs = performance.now() - t0;
   }
 
+  // The column headings of a list of bars, in the bars' own grid.
+  function barColumns(piece, track, p, q) {
+    const li = el("li", {class: "cols small muted"});
+    li.append(el("span"), el("span", {}, piece), el("span", {}, track), el("span", {class: "p"}, p),
+              el("span", {class: "q"}, q));
+    return li;
+  }
+
   function toggleAll() {
     const w = $("all-wrap");
     w.hidden = !w.hidden;
@@ -1064,22 +1136,43 @@
     const c = $("all-canvas"), wrap = $("all-wrap");
     const probs = glass.next.probs, V = probs.length;
     const order = ranked(probs, V, glass.next.logits);
-    const W = Math.max(200, wrap.clientWidth), H = 120, dpr = window.devicePixelRatio || 1;
+    const W = Math.max(200, wrap.clientWidth), H = 130, dpr = window.devicePixelRatio || 1;
     c.width = W * dpr; c.height = H * dpr; c.style.width = W + "px"; c.style.height = H + "px";
     const g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.fillStyle = "#fbfaf6"; g.fillRect(0, 0, W, H);
-    const lo = -12;  // log10 floor
+    // Axis labels sit in their own margin, dark on the page's light paper, never on top of a bar.
+    const left = 38, top = 6, bottom = 16, plotW = W - left, plotH = H - top - bottom;
+    g.fillStyle = "#fffdf8"; g.fillRect(0, 0, W, H);
+    g.fillStyle = "#fbfaf6"; g.fillRect(left, top, plotW, plotH);
+    const lo = -12;  // log10 floor: a probability below 1e-12 draws no bar
+    const yOf = (lg) => top + plotH * (lg / lo);
+    g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle"; g.textAlign = "right";
+    for (const lg of [0, -3, -6, -9, -12]) {
+      g.strokeStyle = "#e2dccd"; g.beginPath(); g.moveTo(left, yOf(lg) + 0.5); g.lineTo(W, yOf(lg) + 0.5); g.stroke();
+      g.fillStyle = "#2b2a27"; g.fillText(lg === 0 ? "1" : `1e${lg}`, left - 5, yOf(lg));
+    }
     const keep = new Set(glass.next.survivors);
     for (let r = 0; r < V; r++) {
       const p = probs[order[r]];
-      const h = p > 0 ? Math.max(1, ((Math.log10(p) - lo) / -lo) * (H - 14)) : 0;
+      const lg = p > 0 ? Math.max(lo, Math.log10(p)) : lo;
+      const h = Math.max(p > 0 ? 1 : 0, top + plotH - yOf(lg));
       g.fillStyle = keep.has(order[r]) ? "#2171b5" : "#c9c3b3";
-      g.fillRect((r / V) * W, H - h, Math.max(1, W / V), h);
+      g.fillRect(left + (r / V) * plotW, top + plotH - h, Math.max(1, plotW / V), h);
     }
-    g.fillStyle = "#6b5f45"; g.font = "11px system-ui"; g.fillText("1", 2, 10); g.fillText("1e-12", 2, H - 3);
+    g.textAlign = "left"; g.textBaseline = "alphabetic"; g.fillStyle = "#2b2a27";
+    g.fillText("rank 1", left, H - 3);
+    g.textAlign = "right"; g.fillText(`rank ${nice(V)}`, W - 2, H - 3);
+    // The floor: the last candidates share nearly one probability (within a factor of 2 of the smallest).
+    const least = probs[order[V - 1]];
+    let floor = 0;
+    while (floor < V && probs[order[V - 1 - floor]] <= 2 * least) floor++;
+    $("all-floor").dataset.count = String(floor);
+    $("all-floor").textContent = `The flat floor at the right: the last ${nice(floor)} candidates ` +
+      `(${(100 * floor / V).toFixed(0)}%) lie within a factor of 2 of the smallest probability, ${least.toExponential(2)}. ` +
+      "Most are ids the training text (almost) never contains, such as single bytes of non-English characters: " +
+      "training only ever pushed their logits down, together, so they end up at nearly one shared value.";
     c.onmousemove = (ev) => {
-      const r = Math.min(V - 1, Math.max(0, Math.floor(((ev.clientX - c.getBoundingClientRect().left) / W) * V)));
+      const r = Math.min(V - 1, Math.max(0, Math.floor(((ev.clientX - c.getBoundingClientRect().left - left) / plotW) * V)));
       const id = order[r];
       $("all-readout").textContent = `rank ${r + 1}: id ${id} "${info.vocab[id]}"  p = ${probs[id]}`;
     };
@@ -1202,6 +1295,7 @@
 
   async function onIntervention() {
     state.intervention = readIntervention();
+    $("iv-note").textContent = ivNote(state.intervention);
     const note = $("iv-reset-note");
     note.hidden = true;
     if (state.step && state.intervention) {
@@ -1236,19 +1330,517 @@
       (Number.isFinite(kl) ? `${fmt(kl)} nats.` : "∞ (the intervention gives 0 to a token that had mass).");
     sum.dataset.kl = String(kl); sum.dataset.maxdiff = String(maxd);
     const ids = [...new Set([...ranked(before, 6), ...ranked(after, 6)])];
-    const pmax = Math.max(...ids.map((i) => Math.max(before[i], after[i]))) || 1;
-    box.append(el("li", {class: "bar head small muted"}, "candidate · before (grey) / after (orange)"));
+    box.append(barColumns("candidate", "before / after (0 … 1)", "before", "after"));
     for (const id of ids) {
       const li = el("li", {class: "bar", "data-id": String(id), "data-before": String(before[id]),
                            "data-after": String(after[id])});
       const track = el("span", {class: "track two"});
       const b = el("span", {class: "fill before"}), a = el("span", {class: "fill after"});
-      b.style.width = (100 * before[id] / pmax).toFixed(2) + "%";
-      a.style.width = (100 * after[id] / pmax).toFixed(2) + "%";
+      b.style.width = (100 * before[id]).toFixed(2) + "%";
+      a.style.width = (100 * after[id]).toFixed(2) + "%";
       track.append(b, a);
       li.append(el("span", {class: "tick"}, ""), el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)), track,
                 el("span", {class: "p mono"}, fmt(before[id])), el("span", {class: "q mono"}, fmt(after[id])));
       box.append(li);
+    }
+  }
+
+  // ------------------------------------------------------------------ tabs: heatmap, model map, all heads, training
+  const TABS = ["heatmap", "map", "heads", "training"];
+  function showTab(name) {
+    state.tab = name;
+    $("tabs").querySelectorAll("button").forEach((b) => {
+      const on = b.dataset.tab === name;
+      b.classList.toggle("on", on);
+      b.setAttribute("aria-selected", String(on));
+      b.tabIndex = on ? 0 : -1;
+    });
+    for (const t of TABS) $("panel-" + t).hidden = t !== name;
+    hideCell();
+    if (name === "heatmap" && current) draw();                 // its frame may have changed size while hidden
+    if (name === "map") updateMap();
+    if (name === "heads") return loadGrid();
+    if (name === "training") return showTraining();
+    return Promise.resolve();
+  }
+
+  function buildTabs() {
+    const tabs = $("tabs");
+    tabs.querySelectorAll("button").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
+    tabs.addEventListener("keydown", (e) => {
+      const step = {ArrowRight: 1, ArrowLeft: -1}[e.key];
+      if (!step) return;
+      const shown = [...tabs.querySelectorAll("button:not([hidden])")];
+      const at = shown.indexOf(document.activeElement);
+      if (at < 0) return;
+      e.preventDefault();
+      const to = shown[(at + step + shown.length) % shown.length];
+      to.focus();
+      showTab(to.dataset.tab);
+    });
+  }
+
+  // ------------------------------------------------------------------ the model map
+  // Drawn from info.names, the tracer's registry in forward order: one row per module (the name's first
+  // part), the names inside the blocks framed as one block. A name the registry gains appears by itself.
+  const mapNodes = new Map();          // local name -> its button
+  function buildMap() {
+    const box = $("model-map");
+    box.replaceChildren();
+    mapNodes.clear();
+    const start = el("div", {class: "map-row"});
+    start.append(el("span", {class: "map-module label"}, "input"), el("span", {class: "map-node fixed", id: "map-tokens"}, "tokens"));
+    box.append(start);
+    let block = null, row = null, module = null;
+    for (const n of info.names) {
+      if (n.in_layer && !block) {
+        block = el("div", {class: "map-block"});
+        block.append(el("div", {class: "map-block-title small", id: "map-block-title"}));
+        box.append(block);
+      }
+      const parent = n.in_layer ? block : box;
+      const mod = n.name.split(".")[0];
+      if (mod !== module || row.parentElement !== parent) {
+        row = el("div", {class: "map-row", "data-module": mod});
+        row.append(el("span", {class: "map-module label"}, mod));
+        parent.append(row);
+        module = mod;
+      } else row.append(el("span", {class: "map-arrow", "aria-hidden": "true"}, "→"));
+      const b = el("button", {type: "button", class: "map-node", "data-name": n.name});
+      b.append(el("b", {}, n.name.startsWith(mod + ".") ? n.name.slice(mod.length + 1) : n.name),
+               el("small", {class: "mono"}, n.axes.join(", ")));
+      b.title = n.name;
+      b.addEventListener("click", () => openView({name: n.name}));
+      row.append(b);
+      mapNodes.set(n.name, b);
+    }
+  }
+
+  // Open a view in the heatmap tab (from the map or the grid).
+  function openView(sel) {
+    showTab("heatmap");
+    return userSelect(sel);
+  }
+
+  // Shapes for the current prompt and step, the block's layer, and the node on show.
+  function updateMap() {
+    if (!mapNodes.size) return;
+    const c = info.model, L = c.n_layers;
+    const n = state.step ? 1 : state.ids.length, m = state.ids.length + state.step;
+    const sizes = {n, m, H: c.n_heads, G: c.n_kv_heads, D: c.head_dim, C: c.dim, F: c.ffn_dim, V: c.vocab_size};
+    $("map-tokens").textContent = `tokens (${n} ${state.step ? `new, ${m - 1} cached` : "ids"})`;
+    $("map-block-title").textContent = `block ${state.layer} of ${L} (layers 0 … ${L - 1} repeat it; ` +
+      "the Layer buttons above choose one)";
+    for (const [name, b] of mapNodes) {
+      const meta = names[name];
+      const shape = meta.axes.map((a) => sizes[a]);
+      b.querySelector("small").textContent = `(${shape.join(", ")}${shape.length === 1 ? "," : ""})`;
+      b.title = `${meta.in_layer ? `layers.${state.layer}.` : ""}${name}: axes (${meta.axes.join(", ")})`;
+      b.dataset.full = meta.in_layer ? `layers.${state.layer}.${name}` : name;
+      b.dataset.shape = shape.join(",");
+      const on = name === state.name;
+      b.classList.toggle("on", on);
+      if (on) b.setAttribute("aria-current", "true"); else b.removeAttribute("aria-current");
+    }
+  }
+
+  // ------------------------------------------------------------------ the head grid
+  function gridBody() {
+    const body = {prompt: state.prompt};
+    if (state.grad) body.grad = true;
+    if (state.grad && state.target !== null) body.target = state.target;
+    if (state.intervention) body.intervention = state.intervention;
+    return body;
+  }
+
+  // One colour scale for every thumbnail: weights on the fixed 0 … 1, gradients symmetric around 0.
+  function gridScale(r) {
+    if (!r.grad) return {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1: white is 0, darkest blue is 1"};
+    let a = 0;
+    for (const v of r.data) if (Number.isFinite(v)) a = Math.max(a, Math.abs(v));
+    a = a || 1;
+    return {kind: "div", lo: -a, hi: a, note: "symmetric scale −a … a, a = the largest |value| of any head: white is 0, " +
+      "blue below, red above"};
+  }
+
+  async function loadGrid() {
+    if (!state.prompt || state.tab !== "heads") return;
+    await busy(async () => {
+      const body = gridBody();
+      try {
+        const r = await ask("heads", body);
+        if (requestKey("heads", gridBody()) !== requestKey("heads", body)) return;     // superseded
+        r.data = r.data || decode(r.values);
+        r.mask = r.mask || decode(r.masked);
+        $("grid-error").hidden = true;
+        drawGrid(r);
+      } catch (e) {
+        if (requestKey("heads", gridBody()) !== requestKey("heads", body)) return;
+        $("grid-error").textContent = e.message;
+        $("grid-error").hidden = false;
+        $("head-grid").replaceChildren();
+        glass.grid = null;
+      }
+    });
+  }
+
+  function drawGrid(r) {
+    const [L, H, k] = r.values.shape;
+    const sc = gridScale(r);
+    const box = $("head-grid");
+    const size = Math.max(48, Math.min(150, Math.floor((box.clientWidth - 70) / H) - 8));
+    box.style.gridTemplateColumns = `auto repeat(${H}, ${size + 6}px)`;
+    const parts = [el("span")];
+    for (let h = 0; h < H; h++) parts.push(el("span", {class: "label"}, `head ${h}`));
+    for (let l = 0; l < L; l++) {
+      parts.push(el("span", {class: "label"}, `layer ${l}`));
+      const mask = r.mask.subarray(l * k * k, (l + 1) * k * k);
+      for (let h = 0; h < H; h++) {
+        const b = el("button", {type: "button", class: "thumb", "data-layer": String(l), "data-head": String(h)});
+        b.setAttribute("aria-label", `layer ${l}, head ${h}: open its ${r.grad ? "gradient" : "weights"}`);
+        const cv = el("canvas");
+        paint(cv, r.data.subarray((l * H + h) * k * k, (l * H + h + 1) * k * k), k, k, mask, sc, size, size);
+        b.append(cv);
+        b.addEventListener("click", () => openView({name: "attn.softmax", layer: l, head: h}));
+        const tip = (ev) => {
+          const t = $("tooltip");
+          t.replaceChildren(el("div", {class: "big"}, `layer ${l}, head ${h}`),
+                            el("div", {class: "small muted"}, "click to open this head"));
+          t.dataset.layer = String(l); t.dataset.head = String(h);
+          const at = b.getBoundingClientRect();
+          t.style.left = at.right + window.scrollX + 6 + "px"; t.style.top = at.top + window.scrollY + "px";
+          t.hidden = false;
+        };
+        b.addEventListener("mouseenter", tip);
+        b.addEventListener("focus", tip);
+        b.addEventListener("mouseleave", hideCell);
+        b.addEventListener("blur", hideCell);
+        parts.push(b);
+      }
+    }
+    box.replaceChildren(...parts);
+    drawScaleBar($("grid-legend-bar"), sc);
+    $("grid-legend-lo").textContent = fmt(sc.lo);
+    $("grid-legend-hi").textContent = fmt(sc.hi);
+    $("grid-legend-note").textContent = sc.note;
+    const what = r.grad ? `∂ loss / ∂ attn.softmax, loss = −log p(${JSON.stringify(r.target_piece)}) at the last position`
+      : "attn.softmax, the attention weights";
+    $("grid-title").textContent = `Every layer and head of the prompt's pass: ${what}` +
+      (state.intervention ? `, with intervention: ${ivText(state.intervention)}` : "") +
+      (state.step ? " (the grid shows the prompt's pass, not the decoding step)" : "") + ".";
+    const howto = [
+      "Each thumbnail is one head's pattern: rows are queries, columns keys, as in the heatmap. Hatched cells are " +
+      "future keys (masked). Hover for the layer and head; click to open it in the heatmap.",
+      "Patterns to look for: a diagonal just below the main one is a previous-token head; a stripe a fixed distance " +
+      "back in a repeated text is an induction head (each token reads the token after its earlier copy).",
+    ];
+    if (r.block > 1) howto.push(`This prompt has ${r.n} tokens: each thumbnail cell is the mean of a ${r.block} × ` +
+      `${r.block} block of cells (masked cells left out); the heatmap shows every cell.`);
+    if (r.grad) howto.push("These are gradients: red raises the loss, blue lowers it.");
+    const scale = el("p", {id: "grid-howto-scale"}, "Colour: ");
+    scale.append(el("b", {}, sc.note), ".");
+    $("grid-howto").replaceChildren(...howto.map((t) => el("p", {}, t)), scale);
+    glass.grid = {layers: L, heads: H, size: k, block: r.block, grad: r.grad, values: r.data, masked: r.mask, scale: sc};
+  }
+
+  function drawScaleBar(c, sc) {
+    const g = c.getContext("2d"), lut = LUT[sc.kind];
+    for (let x = 0; x < c.width; x++) {
+      const k = Math.round((x / (c.width - 1)) * 255) * 3;
+      g.fillStyle = `rgb(${lut[k]},${lut[k + 1]},${lut[k + 2]})`;
+      g.fillRect(x, 0, 1, c.height);
+    }
+  }
+
+  // ------------------------------------------------------------------ before / after an intervention
+  // What an intervention changes and what it leaves, in words.
+  function ivNote(iv) {
+    if (!iv) return "";
+    if (iv.kind === "ablate") return `Ablating head ${iv.head} of layer ${iv.layer} sets its output to zero: its rows of ` +
+      "attn.mix (the weighted sum of values) become 0 before W_O mixes the heads. Everything computed before that " +
+      "stays as it was: this head's queries, keys, scores and weights (so its own pattern does not change), the other " +
+      `heads of layer ${iv.layer}, and every earlier layer. What changes is attn.mix and attn.out of layer ${iv.layer}, ` +
+      "the residual stream from there on, every later layer, and the logits.";
+    if (iv.kind === "mask_off") return `Switching off the mask of layer ${iv.layer} lets its queries read future keys: ` +
+      "its scores are unchanged (the mask is applied after them); its weights and everything after them change.";
+    if (iv.kind === "temperature") return `Dividing the scores of layer ${iv.layer} by T = ${iv.temperature} changes ` +
+      "that layer's weights and everything after them; everything before them, and every earlier layer, stays as it was.";
+    return "Setting one number changes everything computed from it; everything computed before it stays as it was.";
+  }
+
+  async function updateCompare(body) {
+    const box = $("compare");
+    if (!body.intervention) { box.hidden = true; glass.compare = null; return; }
+    const plainBody = {...body};
+    delete plainBody.intervention;
+    let before;
+    try {
+      before = await ask("snapshot", plainBody);
+    } catch (e) {
+      box.hidden = true; glass.compare = null; return;
+    }
+    if (requestKey("snapshot", snapshotBody()) !== requestKey("snapshot", body)) return;    // superseded
+    const after = current;
+    before.data = before.data || decode(before.values);
+    before.mask = before.masked ? (before.mask || decode(before.masked)) : null;
+    const [rows, cols] = after.shape;
+    const diff = new Float64Array(rows * cols);
+    let big = 0, at = 0;
+    for (let i = 0; i < diff.length; i++) {
+      const d = after.data[i] - before.data[i];
+      diff[i] = Number.isFinite(d) ? d : 0;                     // −∞ − (−∞) of a masked score: no change
+      if (Math.abs(diff[i]) > big) { big = Math.abs(diff[i]); at = i; }
+    }
+    // Before and after share one scale (the heatmap's, widened to hold both); the difference is symmetric.
+    let sc = scaleFor(after, after.data, after.mask);
+    if (sc.note.startsWith("fixed") === false) {
+      const other = scaleFor(after, before.data, before.mask);
+      sc = {...sc, lo: Math.min(sc.lo, other.lo), hi: Math.max(sc.hi, other.hi)};
+    }
+    const dsc = {kind: "div", lo: -(big || 1), hi: big || 1};
+    const W = Math.max(90, Math.floor(($("panel-heatmap").clientWidth - 40) / 3));
+    const Hpx = Math.max(40, Math.min(220, Math.round(W * rows / cols)));
+    paint($("compare-before"), before.data, rows, cols, before.mask, sc, W, Hpx);
+    paint($("compare-after"), after.data, rows, cols, after.mask, sc, W, Hpx);
+    paint($("compare-diff"), diff, rows, cols, null, dsc, W, Hpx);
+    const iv = body.intervention;
+    const own = iv.kind === "ablate" && (after.local === "attn.scores" || after.local === "attn.softmax") &&
+      after.layer === iv.layer && after.head === iv.head;
+    let note;
+    if (own) note = "This is the ablated head's own pattern, and it does not change: ablation zeroes what the head " +
+      "writes (its mix), not where it reads. Look at a later layer, or at attn.mix, to see the effect.";
+    else if (big === 0) note = "Identical: the forward pass computes this view before the intervention acts.";
+    else note = `Changed: the largest |after − before| is ${precise(big, after.values.dtype)}, at row ` +
+      `${Math.floor(at / cols)}, column ${at % cols}.`;
+    $("compare-note").textContent = note;
+    $("compare-scale").textContent = `before and after: the heatmap's colours (${sc.note}); difference: symmetric scale ` +
+      `±${fmt(big || 1)}, white is no change, red is larger after, blue smaller.`;
+    box.hidden = false;
+    glass.compare = {before: before.data, after: after.data, diff, maxAbs: big, rows, cols, own};
+  }
+
+  // ------------------------------------------------------------------ the training timeline
+  // The run's probe (a span written twice) at log-spaced steps: a step slider beside the loss curve and each
+  // head's induction score; the L x H patterns, the sample and the next-token guess at the chosen step.
+  let timeline = null;
+
+  async function showTraining() {
+    if (!info.timeline) return;
+    await busy(async () => {
+      const box = $("panel-training");
+      try {
+        if (!timeline) {
+          const r = await ask("timeline", {});
+          timeline = {...r, attn: decode(r.attn), probs: decode(r.probs), induction: decode(r.induction)};
+          buildTraining(box);
+        }
+        showStep(Number($("tl-slider").value));
+      } catch (e) {
+        box.replaceChildren(el("p", {class: "error"}, e.message));
+      }
+    });
+  }
+
+  function buildTraining(box) {
+    const t = timeline, S = t.steps.length, P = t.period;
+    const probe = t.pieces.slice(0, P).join("");
+    box.replaceChildren();
+    box.append(
+      el("p", {class: "muted small"}, `The run that trained this model looked at one probe prompt again and again: ` +
+        `${JSON.stringify(probe)} (${P} tokens) written twice, at ${S} steps from 0 (the random start) to ` +
+        `${nice(t.steps[S - 1])}, spaced evenly on a log scale. Move the slider to see what the model did with the ` +
+        "probe at that step."),
+      el("div", {class: "tl-charts"}),
+      el("div", {class: "row tl-slider-row"}),
+      el("p", {id: "tl-row", class: "mono small"}),
+      el("div", {class: "tl-body"}),
+    );
+    const charts = box.querySelector(".tl-charts");
+    for (const [id, label] of [["tl-loss", "loss (nats/token): training, and held-out (dots)"],
+                               ["tl-induction", "induction score of each head (one line per head)"]]) {
+      const fig = el("figure");
+      fig.append(el("figcaption", {class: "small muted"}, label), el("canvas", {id}));
+      charts.append(fig);
+    }
+    const row = box.querySelector(".tl-slider-row");
+    const slider = el("input", {id: "tl-slider", type: "range", min: "0", max: String(S - 1), step: "1",
+                                value: String(S - 1)});
+    slider.setAttribute("aria-label", "training step");
+    slider.addEventListener("input", () => showStep(Number(slider.value)));
+    row.append(el("label", {htmlFor: "tl-slider", class: "label"}, "step"), slider, el("b", {id: "tl-step", class: "mono"}));
+    const body = box.querySelector(".tl-body");
+    const left = el("div"), right = el("div", {class: "tl-side"});
+    left.append(el("p", {class: "small muted", id: "tl-grid-title"}), el("div", {id: "tl-grid", class: "head-grid"}));
+    right.append(el("p", {class: "small muted", id: "tl-head-title"}), el("canvas", {id: "tl-head"}),
+                 el("p", {id: "tl-best", class: "small"}), el("p", {class: "label"}, "next token after the probe"),
+                 el("ol", {id: "tl-next", class: "bars"}), el("p", {class: "label"}, "sample at this step"),
+                 el("p", {id: "tl-sample", class: "mono small tl-sample"}));
+    body.append(left, right);
+    const legend = el("div", {class: "legend"});
+    legend.append(el("canvas", {id: "tl-legend-bar", width: 240, height: 14}), el("span", {class: "mono small"}, "0"),
+                  el("span", {class: "mono small"}, "1"), el("span", {id: "tl-legend-note", class: "small muted"}, TL_SCALE.note),
+                  el("span", {class: "legend-item"}, ""));
+    legend.lastChild.append(el("i", {class: "swatch masked"}), "masked: forbidden key");
+    const howto = el("details", {class: "howto", open: true});
+    const scale = el("p", {id: "tl-howto-scale"}, "Colour: ");
+    scale.append(el("b", {}, TL_SCALE.note), ".");
+    howto.append(el("summary", {}, "How to read this"),
+      el("p", {}, `Induction score: a head that copies reads, from each token of the second copy, the token just ` +
+        `after that token's first occurrence (query i reads key i − ${P - 1}, outlined in the pattern on the right). ` +
+        "The score is that weight averaged over the second copy: about 1 / position for a head that spreads its " +
+        "weight evenly, near 1 for an induction head."),
+      el("p", {}, "Watch the loss curve and the scores together: an induction head tends to appear in a short span " +
+        "of steps, and the loss on text that repeats drops with it."),
+      scale);
+    box.append(legend, howto);
+    drawScaleBar($("tl-legend-bar"), TL_SCALE);
+    t.selected = bestHead(S - 1);
+  }
+
+  const TL_SCALE = {kind: "seq", lo: 0, hi: 1, note: "fixed scale 0 … 1: white is 0, darkest blue is 1"};
+
+  // The head with the highest induction score at step index s: {layer, head, score}.
+  function bestHead(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads;
+    let best = {layer: 0, head: 0, score: -1};
+    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+      const v = t.induction[(s * L + l) * H + h];
+      if (v > best.score) best = {layer: l, head: h, score: v};
+    }
+    return best;
+  }
+
+  function showStep(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads, n = t.ids.length, P = t.period;
+    const row = t.rows[s];
+    $("tl-step").textContent = `${nice(t.steps[s])} (${s + 1} of ${t.steps.length})`;
+    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`, `lr ${fmt(row.lr)}`];
+    if (row.train_loss !== null && row.train_loss !== undefined) parts.push(`training loss ${row.train_loss.toFixed(3)}`);
+    parts.push(row.val_loss === null || row.val_loss === undefined ? "no held-out text"
+      : `held-out loss ${row.val_loss.toFixed(3)} nats/token (${row.val_bpb.toFixed(3)} bits/byte)`);
+    $("tl-row").textContent = parts.join(" · ");
+    const best = bestHead(s);
+    $("tl-best").textContent = `Highest induction score at this step: layer ${best.layer}, head ${best.head}, ` +
+      `${best.score.toFixed(3)}.`;
+    $("tl-best").dataset.score = String(best.score);
+    $("tl-sample").textContent = row.sample || "(no sample)";
+
+    // All heads at this step, one colour scale; a click picks the head shown large.
+    const grid = $("tl-grid");
+    const size = Math.max(40, Math.min(110, Math.floor((grid.clientWidth - 70) / H) - 8));
+    grid.style.gridTemplateColumns = `auto repeat(${H}, ${size + 6}px)`;
+    const mask = new Uint8Array(n * n);
+    for (let i = 0; i < n; i++) for (let j = i + 1; j < n; j++) mask[i * n + j] = 1;
+    const cells = [el("span")];
+    for (let h = 0; h < H; h++) cells.push(el("span", {class: "label"}, `head ${h}`));
+    const at = (l, h) => t.attn.subarray(((s * L + l) * H + h) * n * n, ((s * L + l) * H + h + 1) * n * n);
+    for (let l = 0; l < L; l++) {
+      cells.push(el("span", {class: "label"}, `layer ${l}`));
+      for (let h = 0; h < H; h++) {
+        const b = el("button", {type: "button", class: "thumb", "data-layer": String(l), "data-head": String(h)});
+        const score = t.induction[(s * L + l) * H + h];
+        b.title = `layer ${l}, head ${h}: induction score ${score.toFixed(3)}`;
+        b.classList.toggle("picked", l === t.selected.layer && h === t.selected.head);
+        const cv = el("canvas");
+        paint(cv, at(l, h), n, n, mask, TL_SCALE, size, size);
+        b.append(cv);
+        b.addEventListener("click", () => { t.selected = {layer: l, head: h}; showStep(Number($("tl-slider").value)); });
+        cells.push(b);
+      }
+    }
+    grid.replaceChildren(...cells);
+    $("tl-grid-title").textContent = `Every layer and head on the probe at step ${nice(row.step)}; click one to see it large.`;
+
+    // The chosen head, large, with the induction cells outlined.
+    const {layer, head} = t.selected;
+    const big = $("tl-head"), side = Math.max(160, Math.min(300, $("panel-training").clientWidth - 560));
+    paint(big, at(layer, head), n, n, mask, TL_SCALE, side, side);
+    const g = big.getContext("2d"), c = side / n;
+    g.strokeStyle = "#e8871e"; g.lineWidth = 1;
+    for (let i = P; i < n; i++) g.strokeRect((i - P + 1) * c + 0.5, i * c + 0.5, Math.max(1, c - 1), Math.max(1, c - 1));
+    $("tl-head-title").textContent = `layer ${layer}, head ${head} at step ${nice(row.step)} (induction score ` +
+      `${t.induction[(s * L + layer) * H + head].toFixed(3)}; orange: the cells it scores)`;
+
+    // The next-token guess after the probe.
+    const probs = t.probs.subarray(s * info.model.vocab_size, (s + 1) * info.model.vocab_size);
+    const list = $("tl-next");
+    list.replaceChildren(barColumns("candidate", "p (track 0 … 1)", "p", ""));
+    for (const id of ranked(probs, 5)) {
+      const li = el("li", {class: "bar", "data-id": String(id)});
+      const track = el("span", {class: "track"}), fill = el("span", {class: "fill"});
+      fill.style.width = (100 * probs[id]).toFixed(2) + "%";
+      track.append(fill);
+      li.append(el("span"), el("span", {class: "piece mono"}, clip(show(info.vocab[id]), 14)), track,
+                el("span", {class: "p mono"}, fmt(probs[id])), el("span"));
+      list.append(li);
+    }
+    drawCurves(s);
+    glass.timeline = {index: s, step: row.step, selected: {...t.selected}, pattern: Array.from(at(layer, head)),
+                      best, scores: Array.from(t.induction)};
+  }
+
+  // Loss and induction scores against log(step + 1), with the chosen step marked on both.
+  function drawCurves(s) {
+    const t = timeline, L = info.model.n_layers, H = info.model.n_heads, S = t.steps.length;
+    const last = Math.max(1, t.steps[S - 1], ...t.history.map((r) => r.step));
+    const xOf = (step, W) => 34 + (W - 40) * Math.log1p(step) / Math.log1p(last);
+    const setup = (id) => {
+      const c = $(id), W = Math.max(220, Math.floor(($("panel-training").clientWidth - 30) / 2)), Hh = 140;
+      const dpr = window.devicePixelRatio || 1;
+      c.width = W * dpr; c.height = Hh * dpr; c.style.width = W + "px"; c.style.height = Hh + "px";
+      const g = c.getContext("2d");
+      g.setTransform(dpr, 0, 0, dpr, 0, 0);
+      g.fillStyle = "#fbfaf6"; g.fillRect(0, 0, W, Hh);
+      g.font = "11px system-ui, sans-serif"; g.fillStyle = "#2b2a27";
+      return {g, W, Hh};
+    };
+    const axes = (g, W, Hh, lo, hi, yOf) => {
+      g.textAlign = "right"; g.textBaseline = "middle";
+      for (const v of [lo, (lo + hi) / 2, hi]) g.fillText(v.toFixed(v < 10 ? 1 : 0), 30, yOf(v));
+      g.textAlign = "left"; g.textBaseline = "alphabetic";
+      g.fillText("step 0", 34, Hh - 2);
+      g.textAlign = "right"; g.fillText(`${nice(last)} (log scale)`, W - 4, Hh - 2);
+      const x = xOf(t.steps[s], W);
+      g.strokeStyle = "#e8871e"; g.lineWidth = 2; g.beginPath(); g.moveTo(x, 6); g.lineTo(x, Hh - 14); g.stroke();
+    };
+
+    // Loss curve.
+    {
+      const {g, W, Hh} = setup("tl-loss");
+      const pts = t.history.filter((r) => Number.isFinite(r.loss));
+      const vals = pts.map((r) => r.loss).concat(t.history.filter((r) => r.val_loss !== null && r.val_loss !== undefined)
+        .map((r) => r.val_loss));
+      const hi = vals.length ? Math.ceil(Math.max(...vals)) : 1, lo = vals.length ? Math.floor(Math.min(...vals)) : 0;
+      const yOf = (v) => 8 + (Hh - 24) * (hi - v) / ((hi - lo) || 1);
+      g.strokeStyle = "#2171b5"; g.lineWidth = 1.5; g.beginPath();
+      pts.forEach((r, i) => (i ? g.lineTo : g.moveTo).call(g, xOf(r.step, W), yOf(r.loss)));
+      g.stroke();
+      g.fillStyle = "#b2182b";
+      for (const r of t.history) if (r.val_loss !== null && r.val_loss !== undefined) {
+        g.beginPath(); g.arc(xOf(r.step, W), yOf(r.val_loss), 2.5, 0, 2 * Math.PI); g.fill();
+      }
+      g.fillStyle = "#2b2a27";
+      axes(g, W, Hh, lo, hi, yOf);
+    }
+    // Induction scores: one faint line per head, the best head of the last step in full colour.
+    {
+      const {g, W, Hh} = setup("tl-induction");
+      const yOf = (v) => 8 + (Hh - 24) * (1 - v);
+      const top = bestHead(S - 1);
+      for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+        const star = l === top.layer && h === top.head;
+        g.strokeStyle = star ? "#b2182b" : "rgba(33, 113, 181, 0.35)"; g.lineWidth = star ? 2 : 1;
+        g.beginPath();
+        for (let k = 0; k < S; k++) {
+          const x = xOf(t.steps[k], W), y = yOf(t.induction[(k * L + l) * H + h]);
+          if (k) g.lineTo(x, y); else g.moveTo(x, y);
+        }
+        g.stroke();
+      }
+      g.fillStyle = "#b2182b"; g.textAlign = "left";
+      g.fillText(`layer ${top.layer}, head ${top.head}`, 38, 16);
+      g.fillStyle = "#2b2a27";
+      axes(g, W, Hh, 0, 1, yOf);
     }
   }
 
@@ -1260,7 +1852,10 @@
       $("model-line").textContent = "cannot reach the inspector's server: " + e.message;
       return;
     }
+    glass.info = info;
     buildControls();
+    buildTabs();
+    buildMap();
     readIntervention();
     const boot = embedded ? embedded.prompt : (info.prompt || "Once upon a time there was a little dog");
     $("prompt").value = boot;
@@ -1270,7 +1865,9 @@
     }
     state.layer = 0; state.name = "attn.softmax"; state.head = 0;
     syncControls();
+    if (info.timeline) $("tabs").querySelector("[data-tab=training]").hidden = false;
     await runPrompt();
+    if (info.tab && info.timeline && TABS.includes(info.tab)) await showTab(info.tab);
     glass.ready = true;
     document.body.dataset.ready = "1";
   }

@@ -1,5 +1,5 @@
-"""A lean forward pass for decoding: the same math as :class:`~glassllm.nn.Transformer`,
-in plain NumPy, with no autograd, no snapshots and fewer, bigger operations.
+"""The lean decoder: a kernel for the decoding steps of :class:`~glassllm.nn.Transformer` --
+the same math in plain NumPy, with no autograd, no snapshots and fewer, bigger operations.
 
 Why it exists: at decode time a step is one token (n = 1), so every matrix is
 tiny and the module path spends most of its time in Python -- building
@@ -18,8 +18,8 @@ path keeps the arithmetic and drops the bookkeeping:
 - attention folds the r = H/G query heads that share a key/value head into
   one matmul against that head's cached keys (nothing is copied per head).
 
-A long prefill (n >= ``FLASH_MIN_QUERIES`` new tokens) goes through the module
-path instead: there the tiled attention kernel never holds the (n, m) score
+A long prefill (n >= ``FLASH_MIN_QUERIES`` new tokens) goes through the model's
+forward instead: there the tiled attention kernel never holds the (n, m) score
 matrices, which for a batch of long prompts would cost far more memory and
 time than Python's bookkeeping saves.
 
@@ -29,9 +29,11 @@ float32 and 1e-12 in float64, and asks for the same tokens).
 It reads and writes the same :class:`~glassllm.nn.KVCache` as the module path
 (so the two can take turns in one generation) and follows its rules for
 positions and left padding. It sees the weights as they are when it is built;
-build a new one after changing them. It is tested equal to the module path
-(tests/test_generate.py); a tracer never sees it -- :func:`glassllm.generate.generate`
-uses the module path whenever a tracer is attached.
+build a new one after changing them. It is tested equal to the model's reference
+forward (tests/test_kernels.py, tests/test_generate.py); a tracer never sees it --
+:func:`glassllm.generate.generate` asks the dispatcher before each step
+(:func:`glassllm.kernels.dispatch.lean_decoding`), which says no whenever a tracer
+is attached or the kernel is switched off.
 
 Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
 G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
@@ -43,8 +45,9 @@ import math
 
 import numpy as np
 
-from .autograd import no_grad
-from .nn import FLASH_MIN_QUERIES, KVCache, Transformer, causal_mask
+from ..autograd import no_grad
+from .dense import forbidden
+from .flash import FLASH_MIN_QUERIES
 
 __all__ = ["FastDecoder"]
 
@@ -56,7 +59,7 @@ class FastDecoder:
     advances by n, exactly as ``model(tokens, cache)`` would leave it.
     """
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model):
         c = model.config
         self.model = model
         self.config = c
@@ -117,7 +120,7 @@ class FastDecoder:
         act *= gu[:, F:]
         return act
 
-    def __call__(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+    def __call__(self, tokens: np.ndarray, cache) -> np.ndarray:
         tokens = np.asarray(tokens)
         B, n = tokens.shape
         N = B * n                                                           # rows: (b, i) pairs
@@ -135,15 +138,15 @@ class FastDecoder:
             with no_grad():
                 return self.model(tokens, cache).data[:, -1]
 
-        # Positions and the mask, by the module path's rules.
+        # Positions and the mask, by the reference's rules.
         if pad is None:
             rot = self._rotations(m)[start:m]                               # (n, D, D)
             rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
-            mask = causal_mask(n, m, start)[None] if n > 1 else None        # (1, n, m); one query sees all
+            mask = forbidden(n, m, start, None) if n > 1 else None          # (1, n, m); one query sees all
         else:
             positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
             rot = self._rotations(m)[positions.reshape(-1)][:, None]        # (N, 1, D, D)
-            mask = causal_mask(n, m, start)[None] | (np.arange(m)[None, None, :] < pad[:, None, None])  # (B, n, m)
+            mask = forbidden(n, m, start, pad)                              # (B, n, m)
         if mask is not None:
             mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
 
@@ -192,7 +195,7 @@ class FastDecoder:
         last = x.reshape(B, n, -1)[:, -1]                                   # (B, C)
         return self._rms(last) @ self.out                                   # (B, V)
 
-    def _next(self, ids: np.ndarray, cache: KVCache) -> np.ndarray:
+    def _next(self, ids: np.ndarray, cache) -> np.ndarray:
         """One new token per row, no padding: the decode step, with as few NumPy calls as the math allows.
 
         The same arithmetic as the general path with n = 1 (which needs no mask):

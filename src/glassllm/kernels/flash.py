@@ -1,4 +1,5 @@
-"""Exact attention in tiles, with an online softmax (the FlashAttention algorithm), in NumPy.
+"""Exact attention in tiles, with an online softmax (the FlashAttention algorithm), in NumPy;
+and the two kernels that run :class:`glassllm.nn.Attention` with it for long blocks.
 
 Dense attention builds the whole (n, m) score matrix per head. Here queries
 and keys are cut into blocks; for each query block we walk the key blocks it
@@ -18,7 +19,7 @@ log-sum-exp instead of storing them (FlashAttention-2):
 ``dq += ds k scale``, ``dk += ds^T q scale``.
 
 Three refinements make this fast in NumPy, where every pass over a tile is a
-separate call (each is tested equal to the plain algorithm, ``tests/test_speed_paths.py``):
+separate call (each is tested equal to the plain algorithm, ``tests/test_flash.py``):
 
 - *a shift known in advance*: when a Cauchy-Schwarz bound of each row's
   largest score is provably close to it (:func:`_score_bound`), the bound
@@ -49,7 +50,7 @@ and batch rows are grouped so that one tile of scores is about ``TILE_BYTES``.
 machine they sit on a broad plateau (most choices within the noise), and
 BLOCK_K = 512 was the best for 4,096 tokens.
 
-Two entry points share the tile loops:
+Two ops share the tile loops:
 
 - :func:`flash_attention` ``(q, k, v)`` with q (B, H, n, D) and k, v (B, G, m, D),
   for any ``start`` (queries after a KV cache) and left padding;
@@ -59,6 +60,12 @@ Two entry points share the tile loops:
   returned side by side, (B, n, H D), ready for ``wo``. Nothing is transposed
   into a new array on the way in or out, and the backward hands the packed
   gradient back in one piece for one GEMM.
+
+And two kernels (registered in :mod:`glassllm.kernels`) run the attention layer
+with them when a block has at least ``FLASH_MIN_QUERIES`` new queries (below
+that the dense fused op of :mod:`glassllm.kernels.dense` is faster):
+:func:`tiled_self_attention` for a block with no cache (training, scoring, a
+long prompt), :func:`tiled_attention` for a long block after a KV cache.
 
 Shape legend: B batch, H query heads, G key/value heads (r = H/G query heads
 per K/V head), n queries, m keys, D head dim; nb batch rows, nq queries and
@@ -71,9 +78,18 @@ from functools import lru_cache
 
 import numpy as np
 
-from .autograd import Tensor, _as_tensor, _make, _need, is_grad_enabled, rope_table, rotate
+import math
 
-__all__ = ["flash_attention", "self_attention", "BLOCK_Q", "BLOCK_K", "TILE_BYTES", "MAX_GAP", "KEEP_BYTES"]
+from .. import autograd as ag
+from ..autograd import Tensor, is_grad_enabled, rope_table, rotate
+from .dense import project_rotate_cache
+
+__all__ = ["flash_attention", "self_attention", "tiled_self_attention", "tiled_attention", "FLASH_MIN_QUERIES",
+           "BLOCK_Q", "BLOCK_K", "TILE_BYTES", "MAX_GAP", "KEEP_BYTES"]
+
+# From this many new queries on, the attention layer runs the tiled kernels; below it
+# (decoding, short prompts) the dense fused op is faster.
+FLASH_MIN_QUERIES = 128
 
 BLOCK_Q = 64           # query rows per head in one tile
 BLOCK_K = 512          # keys in one tile (at most)
@@ -354,7 +370,7 @@ def flash_attention(q, k, v, scale: float, start: int = 0, pad: np.ndarray | Non
     at positions 0 .. m-1 with m >= start + n (keys past start + n - 1 are
     never visible). ``pad`` (B,) left-padding counts. Returns (B, H, n, D).
     """
-    q, k, v = _as_tensor(q), _as_tensor(k, q), _as_tensor(v, q)
+    q, k, v = ag.as_tensor(q), ag.as_tensor(k, q), ag.as_tensor(v, q)
     B, H, n, D = q.shape
     G = k.shape[1]
     r = H // G
@@ -373,10 +389,10 @@ def flash_attention(q, k, v, scale: float, start: int = 0, pad: np.ndarray | Non
         dk, dv = np.zeros_like(k.data), np.zeros_like(v.data)          # (B, G, m, D)
         _backward(q5, k1, v1, scale, start, pad, g.reshape(B, G, r, n, D), out, lse,
                   block_q, block_k, dq, dk, dv, keep)
-        return (dq.reshape(B, H, n, D) if _need(q) else None,
-                dk if _need(k) else None, dv if _need(v) else None)
+        return (dq.reshape(B, H, n, D) if q.requires_grad else None,
+                dk if k.requires_grad else None, dv if v.requires_grad else None)
 
-    return _make(out.reshape(B, H, n, D), (q, k, v), backward)
+    return ag.make_op(out.reshape(B, H, n, D), (q, k, v), backward)
 
 
 def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.ndarray,
@@ -392,7 +408,7 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
         q, k, v = split qkv; q, k = rope(q), rope(k)           # (B, H|G, n, D)
         flash_attention(q, k, v, 1/sqrt(D), 0, pad).transpose(0, 2, 1, 3).reshape(B, n, H*D)
     """
-    qkv = _as_tensor(qkv)
+    qkv = ag.as_tensor(qkv)
     H, G = n_heads, n_kv_heads
     r = H // G
     B, n, width = qkv.shape
@@ -432,4 +448,28 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
         rotate(dk, zk, out=dparts[:, :, H:H + G], inverse=True)
         return (dparts.reshape(B, n, width),)
 
-    return _make(out.reshape(B, n, H * D), (qkv,), backward)
+    return ag.make_op(out.reshape(B, n, H * D), (qkv,), backward)
+
+
+# ----------------------------------------------------------------------------
+# Kernels for the attention layer
+# ----------------------------------------------------------------------------
+
+def tiled_self_attention(attn, x: Tensor, rope, cache=None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
+    """``Attention.__call__`` for a block with no cache: steps 1-9 as three ops -- one GEMM for
+    wq|wk|wv, then RoPE and tiled attention together (:func:`self_attention`), the heads coming
+    out side by side, then wo. Returns (B, n, C)."""
+    qkv = ag.linear(x, (attn.wq.weight, attn.wk.weight, attn.wv.weight))   # (B, n, (H+2G)*D)
+    heads = self_attention(qkv, attn.n_heads, attn.n_kv_heads, rope[0], rope[1], pad)  # (B, n, H*D)
+    return attn.snap("out", attn.wo(heads))                                # (B, n, C)
+
+
+def tiled_attention(attn, x: Tensor, rope, cache=None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
+    """``Attention.__call__`` with steps 4-8 computed tile by tile (:func:`flash_attention`): for a
+    long block after a KV cache, which never holds an (n, m) matrix. Returns (B, n, C)."""
+    B, n, _ = x.shape
+    H, D = attn.n_heads, attn.head_dim
+    q, keys, values = project_rotate_cache(attn, x, rope, cache, start)
+    mix = flash_attention(q, keys, values, 1.0 / math.sqrt(D), start, pad)  # (B, H, n, D)
+    heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)                # (B, n, H*D)
+    return attn.snap("out", attn.wo(heads))                                # (B, n, C)

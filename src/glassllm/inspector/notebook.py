@@ -1,0 +1,249 @@
+"""The inspector inside Jupyter: the offline page of one prompt, inline in an output cell.
+
+``glassllm.show(prompt)`` returns an :class:`InlineView`, which a notebook
+displays as the inspector itself: the self-contained page of
+``glassllm inspect PROMPT --html FILE`` (:mod:`.export`) inside an
+``<iframe srcdoc=...>``. It needs no server and no network: the page carries
+its script, its style and the answers its controls ask for, and its
+Content-Security-Policy forbids every request. The frame is sandboxed (scripts
+only), so the page cannot reach the notebook around it.
+
+A notebook keeps its outputs, so the inline page holds fewer views than a
+``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
+weights, output) and each block's output on the residual stream, values and
+gradients; the next-token distribution; two greedy steps; and no
+interventions (``interventions=True`` adds them). A view that is left out says
+so, and ``glassllm inspect`` shows it.
+
+:meth:`Trace.show <glassllm.trace.Trace.show>` shows a trace already
+recorded, with its own numbers (and whatever interventions made them): the
+page's views are the trace's recorded snapshots of its first forward pass.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+
+import numpy as np
+from pydantic import ValidationError
+
+from ..checkpoint import atomic_write
+from ..nn import causal_mask
+from .data import Inspector
+from .export import build_responses, render_html
+from .schema import Limits, PromptRequest, describe_validation_error
+
+__all__ = ["INLINE_NAMES", "InlineView", "show", "show_trace"]
+
+# The views an inline page holds by default (layer-local names), values and gradients.
+INLINE_NAMES = frozenset({
+    "attn.q", "attn.k", "attn.v", "attn.scores", "attn.mask", "attn.softmax", "attn.out", "resid_post",
+})
+
+
+class InlineView:
+    """The inspector's self-contained page, displayed inline by Jupyter (``_repr_html_``).
+
+    ``page``: the whole HTML document; ``height``: the frame's height in pixels.
+    :meth:`save` writes the page as a file that opens in any browser.
+    """
+
+    def __init__(self, page: str, title: str, height: int = 860):
+        if isinstance(height, bool) or not isinstance(height, int) or not 200 <= height <= 4000:
+            raise ValueError(f"height must be an int in [200, 4000] (pixels), got {height!r}")
+        self.page, self.title, self.height = page, title, height
+
+    def __repr__(self) -> str:
+        return f"InlineView({self.title!r}, {len(self.page.encode('utf-8')):,} bytes)"
+
+    def _repr_html_(self) -> str:
+        # srcdoc is an attribute: the page is escaped once, quotes included, and the browser unescapes it.
+        return (f'<iframe class="glassllm-inspector" title="{html.escape(self.title, quote=True)}" '
+                f'sandbox="allow-scripts" srcdoc="{html.escape(self.page, quote=True)}" '
+                f'style="width: 100%; height: {self.height}px; border: 1px solid #ccc;"></iframe>')
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+
+    def save(self, path) -> None:
+        """Write the page to ``path`` (atomically): the same file as ``glassllm inspect --html``."""
+        atomic_write(path, self.page.encode("utf-8"))
+
+
+def _model_and_tokenizer(model, tokenizer):
+    from ..checkpoint import load_bundled, load_model
+
+    if model is None:
+        if tokenizer is not None:
+            raise ValueError("tokenizer= goes with model=; without a model the bundled one brings its own")
+        return load_bundled()
+    if isinstance(model, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise ValueError("tokenizer= goes with a model object; a model file brings its own")
+        return load_model(model)
+    if tokenizer is None:
+        raise ValueError("model= is a model object: pass its tokenizer= too (or give a model file's path)")
+    return model, tokenizer, {}
+
+
+def _keep(key: str, names, interventions: bool) -> bool:
+    """Whether an inline page keeps the answer stored under request ``key``."""
+    kind, body = key.split(":", 1)
+    body = json.loads(body)
+    if body.get("intervention") and not interventions:
+        return False
+    return kind != "snapshot" or body.get("name") in names
+
+
+def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLINE_NAMES,
+         interventions: bool = False, height: int = 860) -> InlineView:
+    """The inspector for ``prompt``, inline in a notebook: ``glassllm.show("Once upon a time")``.
+
+    ``model``: None (the bundled model), a model file's path, or a
+    :class:`~glassllm.nn.Transformer` with its ``tokenizer``. ``steps``: greedy
+    decoding steps to include; ``names``: the snapshots to include (layer-local
+    names such as ``attn.softmax``; None: all); ``interventions``: include head
+    ablations, mask switches and score temperatures. Raises ``ValueError`` for a
+    prompt the inspector refuses or a bad argument.
+    """
+    try:
+        PromptRequest(prompt=prompt)                      # the server's checks, and its messages
+    except ValidationError as e:
+        raise ValueError(describe_validation_error(e.errors())) from None
+    model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
+    inspector = (Inspector if interventions else _NoInterventions)(model, tokenizer, meta=meta)
+    limit = inspector.limits.max_new_tokens
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= limit:
+        raise ValueError(f"steps must be an int in [0, {limit}], got {steps!r}")
+    names = _check_names(names, inspector.local_names())
+    inspector.encode(prompt)                               # too long: the inspector's own message
+    responses = build_responses(inspector, prompt, steps)
+    kept = {k: v for k, v in responses.items() if _keep(k, names, interventions)}
+    return InlineView(render_html(inspector.info(), prompt, kept), f"glassllm inspector: {prompt[:60]}", height)
+
+
+class _NoInterventions(Inspector):
+    """An inspector that refuses interventions at once, so that an inline page does not compute them."""
+
+    def _check_intervention(self, iv, n: int) -> None:
+        if iv is not None:
+            raise ValueError("this inline page holds no interventions: glassllm.show(..., interventions=True)")
+        super()._check_intervention(iv, n)
+
+
+def _check_names(names, known: list[str]):
+    if names is None:
+        return set(known)
+    if isinstance(names, str):
+        names = [names]
+    names = set(names)
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise ValueError(f"unknown snapshot name(s) {', '.join(map(repr, unknown))}; expected layer-local "
+                         f"names such as 'attn.softmax', one of: {', '.join(known)}")
+    return names
+
+
+class _Recorded(Inspector):
+    """The page's answers read from a recorded trace (its first forward pass) instead of a model."""
+
+    def __init__(self, trace, tokenizer=None):
+        self.model, self.tokenizer = _Shape(trace), tokenizer if tokenizer is not None else _NoTokenizer()
+        self.config = trace.config
+        self.limits = Limits().fit(trace.config.max_seq_len)
+        self.meta = {}
+        self.axes = dict(trace.axes)
+        self.run = _RecordedRun(trace)
+        self.ids = self.run.ids
+        V = trace.config.vocab_size
+        self._vocab = tokenizer.pieces(range(V)) if tokenizer is not None else [f"id {i}" for i in range(V)]
+        self.recorded = set(trace.names())
+
+    def local_names(self) -> list[str]:
+        """The names recorded in at least one layer (or outside the layers)."""
+        L = self.config.n_layers
+        return [n for n in super().local_names()
+                if n in self.recorded or any(f"layers.{i}.{n}" in self.recorded for i in range(L))]
+
+    def encode(self, prompt: str) -> list[int]:
+        return list(self.ids)
+
+    def next_token(self, req):
+        if self.run.logits is None:
+            raise ValueError("this trace did not record 'logits': trace it with names including 'logits'")
+        return super().next_token(req)
+
+    def _finished(self, ids, step, run):
+        return "this view shows a recorded trace: decoding steps need glassllm.show(prompt)"
+
+    def _run_for(self, ids, step, iv, target, grad):
+        if iv is not None or step:
+            raise ValueError("this view shows a recorded trace: interventions and decoding need glassllm.show(prompt)")
+        if grad and not self.run.has_grads:
+            raise ValueError("this trace has no gradients: trace it with targets= to record them")
+        return self.run
+
+
+class _RecordedRun:
+    """The trace's first forward pass, read as the inspector reads one of its own runs."""
+
+    def __init__(self, trace):
+        first = trace.steps[0]
+        self.trace, self.step, self.target, self.start = trace, 0, None, first.start
+        self.ids = [int(i) for i in first.tokens]
+        self.has_grads = bool(first.grads)
+        self.logits = trace.get("logits", step=0)[-1] if "logits" in trace.names() else None   # (V,)
+        self.first = first
+
+    def get(self, full: str, head, grad: bool) -> np.ndarray:
+        if full.endswith(".attn.mask") and full not in self.trace.names():
+            # Not recorded: the model's rule (the causal mask and the left padding), unless an
+            # intervention may have changed it.
+            if self.trace.interventions:
+                raise ValueError(f"{full!r} was not recorded and interventions may have changed it: "
+                                 "trace it with names including 'attn.mask'")
+            s = self.first
+            return causal_mask(s.n, s.m, s.start) | (np.arange(s.m)[None, :] < s.pad)   # (n, m)
+        read = self.trace.grad if grad else self.trace.get
+        return read(full, head=head, step=0)
+
+
+class _NoTokenizer:
+    """Stands in for a tokenizer the trace was shown without: ids only, no end-of-text id."""
+
+    eot_id = None
+    end_ids = ()
+    kind = "ids"
+
+
+class _Shape:
+    """What the page's header says about the model a trace came from."""
+
+    def __init__(self, trace):
+        self.dtype = trace.dtype
+        self._config = trace.config
+
+    def num_params(self) -> int:
+        c = self._config
+        D, C, F, V = c.head_dim, c.dim, c.ffn_dim, c.vocab_size
+        per_layer = 2 * C * c.n_heads * D + 2 * C * c.n_kv_heads * D + 3 * C * F + 2 * C   # wq wo, wk wv, MLP, norms
+        return c.n_layers * per_layer + C + 2 * V * C                                       # final norm, embeddings, output
+
+
+def show_trace(trace, tokenizer=None, *, height: int = 860) -> InlineView:
+    """The inspector for a recorded :class:`~glassllm.trace.Trace`, inline: its own snapshots."""
+    if not trace.steps:
+        raise ValueError("this trace recorded no forward pass: nothing to show")
+    if tokenizer is not None and tokenizer.vocab_size != trace.config.vocab_size:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the trace's model has "
+                         f"{trace.config.vocab_size}")
+    source = _Recorded(trace, tokenizer)
+    ids = source.ids
+    text = tokenizer.decode(ids) if tokenizer is not None else " ".join(f"id {i}" for i in ids)
+    responses = build_responses(source, text, 0)
+    kept = {k: v for k, v in responses.items() if "error" not in v or k.startswith("snapshot")}
+    kept = {k: v for k, v in kept.items() if _keep(k, set(source.local_names()), False)}
+    title = f"glassllm trace: {len(ids)} tokens, {len(source.recorded)} snapshots"
+    return InlineView(render_html(source.info(), text, kept), title, height)

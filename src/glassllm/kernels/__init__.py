@@ -1,0 +1,94 @@
+"""Kernels: the fast paths, each registered once beside the reference it replaces.
+
+:mod:`glassllm.nn` is the spec: every layer's ``__call__`` computes the model
+step by step, in the order the lessons explain it, naming each intermediate.
+A *kernel* computes what one layer computes with fewer, bigger operations
+(fused ops with hand-derived backwards, one GEMM for several projections,
+attention in tiles that never holds the (n, m) scores). The registry below is
+the whole list; for each kernel it says what it replaces, which snapshots it
+does not produce, and what ``tests/test_kernels.py`` compares it with (values
+and gradients, float64 to 1e-12 and float32 to rounding).
+
+===========================  ========================  =============================  ===================
+kernel                       replaces                  serves                         module
+===========================  ========================  =============================  ===================
+``tiled_self_attention``     ``nn.Attention``          >= 128 new queries, no cache   :mod:`.flash`
+``tiled_attention``          ``nn.Attention``          >= 128 new queries, a cache    :mod:`.flash`
+``fused_attention``          ``nn.Attention``          every other block              :mod:`.dense`
+``fused_rms_norm``           ``nn.RMSNorm``            every block                    :mod:`.norm`
+``fused_feed_forward``       ``nn.FeedForward``        every block                    :mod:`.mlp`
+``fast_decode``              ``nn.Transformer``        decoding steps with a cache    :mod:`.decode`
+===========================  ========================  =============================  ===================
+
+How a path is chosen: at the start of every forward the model asks the
+dispatcher (:mod:`.dispatch`) once which layers may run a kernel, given the
+shapes and the snapshots an attached tracer wants. A traced name always runs
+the reference. ``generate`` asks before each step whether the lean decoder
+may run it.
+
+Switching kernels off gives the reference path everywhere, with the same
+results to float rounding::
+
+    with glassllm.kernels.disabled():                 # every kernel
+        logits = model(tokens)
+    with glassllm.kernels.disabled("fast_decode"):    # only the named ones
+        ...
+
+Adding a kernel: write it in a module of this package (one concept per
+module), add one :func:`register` call below and one row to
+``tests/test_kernels.py`` (a test fails while a registered kernel has no row).
+"""
+
+from __future__ import annotations
+
+from . import dense, flash, mlp, norm
+from . import decode
+from .decode import FastDecoder
+from .dense import ATTENTION_INNER, attention
+from .dispatch import chosen, disabled, is_enabled, lean_decoding, slots
+from .flash import FLASH_MIN_QUERIES, flash_attention, self_attention
+from .norm import rms_norm
+from .registry import KERNELS, Kernel, kernels_for, register
+from .mlp import swiglu
+
+__all__ = [
+    "Kernel", "KERNELS", "register", "kernels_for", "disabled", "is_enabled", "chosen", "slots", "lean_decoding",
+    "attention", "flash_attention", "self_attention", "rms_norm", "swiglu", "FastDecoder", "FLASH_MIN_QUERIES",
+]
+
+
+def _long(n, m, cache):
+    return n >= FLASH_MIN_QUERIES
+
+
+def _long_uncached(n, m, cache):
+    return cache is None and n >= FLASH_MIN_QUERIES
+
+
+# The registry, in order of preference: for a layer, the first kernel that applies runs.
+register(Kernel(
+    name="tiled_self_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=flash.tiled_self_attention, applies=_long_uncached,
+    doc="wq|wk|wv as one GEMM; RoPE and exact tiled attention (online softmax) in one op; no (n, m) matrix"))
+register(Kernel(
+    name="tiled_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=flash.tiled_attention, applies=_long,
+    doc="steps 1-3 fused, then exact tiled attention after a KV cache; no (n, m) matrix"))
+register(Kernel(
+    name="fused_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=dense.fused_attention,
+    doc="wq|wk|wv as one GEMM; scores, mask, softmax and mix as one op, GQA folded into the rows"))
+register(Kernel(
+    name="fused_rms_norm", replaces="glassllm.nn.RMSNorm", skips=("rms",),
+    reference="glassllm.nn.RMSNorm.__call__", run=norm.fused_rms_norm,
+    doc="one pass forward, one backward"))
+register(Kernel(
+    name="fused_feed_forward", replaces="glassllm.nn.FeedForward", skips=("gate", "up", "act", "prod"),
+    reference="glassllm.nn.FeedForward.__call__", run=mlp.fused_feed_forward,
+    doc="w1|w3 as one GEMM; the SwiGLU gating as one op"))
+register(Kernel(
+    name="fast_decode", replaces="glassllm.nn.Transformer", skips=("*",),
+    reference="glassllm.nn.Transformer.__call__ (the last position's logits)", run=decode.FastDecoder,
+    applies=lambda n, m, cache: cache is not None,
+    doc="plain NumPy decoding steps: packed weights, norm gains folded in, RoPE as a matmul; no autograd, "
+        "no snapshots. generate() builds it and asks lean_decoding() before each step"))

@@ -1,0 +1,210 @@
+"""The inspector inside Jupyter: glassllm.show(prompt) and Trace.show() render inline, offline.
+
+The display object is the offline page (the ``--html`` export, fewer views) in
+an ``<iframe srcdoc=...>``. Checked here: what Jupyter is given, that the page
+holds the numbers glassllm computes (for a trace: the trace's own), that bad
+arguments are refused in one line, and, in Chromium, that a notebook executed
+with nbclient and exported with nbconvert draws the inspector on canvas with
+no console error and no network request.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+import glassllm
+from glassllm.checkpoint import bundled_model_path, load_bundled
+from glassllm.trace import ZeroAblate, trace
+
+pytest.importorskip("fastapi")
+pytestmark = pytest.mark.skipif(not bundled_model_path().exists(), reason="needs the bundled model")
+
+PROMPT = "Once upon a time"
+SRCDOC = re.compile(r'srcdoc="([^"]*)"')
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_bundled()
+
+
+def _page(view) -> str:
+    (escaped,) = SRCDOC.findall(view._repr_html_())
+    return html.unescape(escaped)
+
+
+def _data(page: str) -> dict:
+    (raw,) = re.findall(r'<script id="glass-data" type="application/json">(.*?)</script>', page, re.S)
+    return json.loads(raw)
+
+
+def _array(enc: dict) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(enc["b64"]), dtype=np.dtype(enc["dtype"]).newbyteorder("<")).reshape(
+        enc["shape"])
+
+
+def test_show_gives_jupyter_the_offline_page_in_a_sandboxed_frame(bundled):
+    model, tokenizer, _ = bundled
+    view = glassllm.show(PROMPT)
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain"} and bundle["text/plain"] == repr(view)
+    frame = bundle["text/html"]
+    assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
+    assert "<script" not in frame.split("srcdoc=", 1)[1].split('"', 2)[1]     # escaped: no markup in the attribute
+    page = _page(view)
+    assert page == view.page
+    assert "connect-src 'none'" in page and "default-src 'none'" in page      # the export's CSP: no network
+    # The weights of layer 1, head 2, as the page will draw them, are glassllm's.
+    data = _data(page)
+    keys = [k for k in data["responses"] if k.startswith("snapshot:")]
+    (key,) = [k for k in keys if json.loads(k.split(":", 1)[1]) == {"head": 2, "layer": 1, "name": "attn.softmax",
+                                                                      "prompt": PROMPT}]
+    ids = tokenizer.encode(PROMPT)
+    want = trace(model, ids, names=["layers.1.attn.softmax"]).get("attn.softmax", layer=1, head=2)
+    np.testing.assert_allclose(_array(data["responses"][key]["values"]), want, rtol=1e-5, atol=1e-7)  # float32
+    # Smaller than the --html file: the default views only, no interventions.
+    names = {json.loads(k.split(":", 1)[1])["name"] for k in keys}
+    assert names == set(glassllm.inspector.notebook.INLINE_NAMES)
+    assert not [k for k in data["responses"] if '"intervention"' in k]
+    assert len(page.encode("utf-8")) < 2_000_000
+
+
+def test_show_takes_a_model_object_or_a_file_and_more_views(bundled, tmp_path):
+    model, tokenizer, _ = bundled
+    view = glassllm.show(PROMPT, model, tokenizer, steps=0, names=["attn.softmax"], interventions=True)
+    data = _data(view.page)
+    names = {json.loads(k.split(":", 1)[1]).get("name") for k in data["responses"] if k.startswith("snapshot:")}
+    assert names == {"attn.softmax"}
+    assert [k for k in data["responses"] if '"kind":"ablate"' in k]
+    file_view = glassllm.show(PROMPT, bundled_model_path(), steps=0, names="attn.softmax")
+    assert _data(file_view.page)["responses"].keys() <= data["responses"].keys()
+    view.save(tmp_path / "page.html")
+    assert (tmp_path / "page.html").read_text(encoding="utf-8") == view.page
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    (("",), {}, "prompt"),
+    ((PROMPT,), {"steps": -1}, "steps must be an int in [0, 64], got -1"),
+    ((PROMPT,), {"names": ["attn.nope"]}, "unknown snapshot name(s) 'attn.nope'"),
+    ((PROMPT,), {"height": 10}, "height must be an int in [200, 4000] (pixels), got 10"),
+    ((PROMPT, object()), {}, "model= is a model object: pass its tokenizer= too"),
+])
+def test_show_refuses_bad_arguments_in_one_line(args, kwargs, message):
+    with pytest.raises(ValueError) as e:
+        glassllm.show(*args, **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_trace_show_shows_the_traces_own_numbers(bundled):
+    model, tokenizer, _ = bundled
+    ids = tokenizer.encode(PROMPT)
+    # An ablated head: the page must show what the trace recorded, not a fresh forward pass.
+    t = trace(model, ids, names=["attn.softmax", "attn.mask", "layers.2.attn.out", "logits"],
+              interventions=[ZeroAblate(layer=0, head=1)])
+    data = _data(_page(t.show(tokenizer)))
+    assert data["prompt"] == tokenizer.decode(ids)
+    assert {n["name"] for n in data["info"]["names"]} == {"attn.softmax", "attn.mask", "attn.out", "logits"}
+    assert data["info"]["model"]["params"] == model.num_params()
+    got = {(b["name"], b.get("layer"), b.get("head")): r for k, r in data["responses"].items()
+           if k.startswith("snapshot:") and "error" not in r for b in [json.loads(k.split(":", 1)[1])]}
+    np.testing.assert_array_equal(_array(got[("attn.softmax", 3, 1)]["values"]),
+                                  t.get("attn.softmax", layer=3, head=1))
+    np.testing.assert_array_equal(_array(got[("attn.out", 2, None)]["values"]), t.get("layers.2.attn.out"))
+    (nxt,) = [r for k, r in data["responses"].items() if k.startswith("next:")]
+    np.testing.assert_array_equal(_array(nxt["logits"]), t.get("logits")[-1])
+    # Without a tokenizer the positions are labelled by id; without attn.mask the causal rule marks the future.
+    plain = _data(_page(trace(model, ids, names=["layers.0.attn.softmax"]).show()))
+    (r,) = [r for k, r in plain["responses"].items() if k.startswith("snapshot:") and "error" not in r
+            and json.loads(k.split(":", 1)[1]).get("head") == 0]
+    assert r["rows"] == [f"id {i}" for i in ids]
+    np.testing.assert_array_equal(_array(r["masked"]).astype(bool), np.triu(np.ones((4, 4), dtype=bool), k=1))
+
+
+# ---------------------------------------------------------------------------------------------- in Chromium
+
+CHROMIUM = os.environ.get("GLASSLLM_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update"]
+NOTEBOOK_CELLS = [
+    "import glassllm\nglassllm.show('Once upon a time there was a little dog')",
+    "from glassllm.checkpoint import load_bundled\nfrom glassllm.trace import trace\n"
+    "model, tokenizer, _ = load_bundled()\n"
+    "trace(model, tokenizer.encode('One day Max'), names=['attn.softmax', 'logits']).show(tokenizer)",
+]
+
+
+def _unavailable(reason: str):
+    if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.mark.browser
+def test_an_executed_notebook_draws_the_inspector_inline_offline(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nbconvert = pytest.importorskip("nbconvert")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("Playwright's Python package is not installed (pip install playwright)")
+    if not os.path.exists(CHROMIUM):
+        _unavailable(f"Chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK_CELLS])
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    outputs = [o for c in nb.cells for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("text/html" in o.get("data", {}) for o in outputs) == 2
+    # nbconvert's basic template: the cells' HTML alone, no page furniture that would load scripts from a CDN.
+    body, _ = nbconvert.HTMLExporter(template_name="basic").from_notebook_node(nb)
+    path = tmp_path / "notebook.html"
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{body}</body></html>",
+                    encoding="utf-8")
+
+    requests, errors = [], []
+    with tempfile.TemporaryDirectory(prefix="glassllm-chromium-") as profile, sync_playwright() as p:
+        try:
+            context = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True,
+                                                           args=ARGS, viewport={"width": 1400, "height": 1000})
+        except Exception as e:  # Playwright raises its own error type
+            _unavailable(f"Chromium at {CHROMIUM} does not start: {str(e).splitlines()[0]}")
+        try:
+            page = context.pages[0] if context.pages else context.new_page()
+            context.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri())
+            frames = [f for f in page.frames if f is not page.main_frame]
+            assert len(frames) == 2, [f.url for f in page.frames]
+            for frame in frames:
+                drawn = None
+                for _ in range(300):                     # up to a minute on a loaded machine
+                    drawn = frame.evaluate("""() => {
+                        const h = window.glass && window.glass.heatmap;
+                        if (!h) return null;
+                        const c = document.getElementById("heatmap");
+                        const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+                        let inked = 0;
+                        for (let i = 0; i < px.length; i += 4) if (px[i + 3] && (px[i] < 200 || px[i + 2] < 200)) inked++;
+                        return {name: h.name, rows: h.rows, cols: h.cols, labels: h.rowLabels.length, inked};
+                    }""")
+                    if drawn:
+                        break
+                    time.sleep(0.2)
+                assert drawn, "the inline inspector never drew its heatmap"
+                assert drawn["name"] == "layers.0.attn.softmax" and drawn["rows"] == drawn["cols"] == drawn["labels"]
+                assert drawn["inked"] > 100, drawn
+        finally:
+            context.close()
+    assert requests == [path.as_uri()], f"network requests beyond the notebook file: {requests}"
+    assert not errors, errors

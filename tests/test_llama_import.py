@@ -1,0 +1,229 @@
+"""``glassllm import``: one random Llama with a SentencePiece tokenizer, as a Hugging Face folder, as GGUF
+(F32, F16, Q8_0) and as llama2.c ``.bin`` files; each import computes what transformers computes."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import struct
+
+import numpy as np
+import pytest
+
+from glassllm import cli
+from glassllm.autograd import no_grad
+from glassllm.checkpoint import load_model
+from glassllm.generate import generate
+from glassllm.importer import import_model
+from glassllm.sptokenizer import SPTokenizer
+from llama_fixtures import (hf_tensors, random_llama, sp_training_text, train_sentencepiece, write_gguf,
+                            write_llama2c)
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+
+TEXT = "Once upon a time, a little girl named Lily saw a big green café. 😀 She was happy."
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """(folder, sp model path, transformers model) of a random L=2, H=4, G=2, V=512 Llama."""
+    root = tmp_path_factory.mktemp("llama")
+    sp_model = train_sentencepiece(root / "sp", vocab_size=512)
+    model = random_llama(root / "hf", sp_model, L=2, C=32, H=4, G=2, F=64, ctx=64, seed=0)
+    return root, sp_model, model
+
+
+def _theirs_logits(hf_model, ids, weights=None):
+    """transformers' logits for ``ids``; ``weights`` replaces its tensors first (F16- or Q8_0-rounded)."""
+    if weights is not None:
+        hf_model = type(hf_model)(hf_model.config).float().eval()
+        hf_model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in weights.items()},
+                                 strict=False)
+        if "lm_head.weight" not in weights:
+            hf_model.tie_weights()
+    with torch.no_grad():
+        return hf_model(torch.tensor([ids])).logits[0].numpy()
+
+
+def _ours_logits(model, ids):
+    with no_grad():
+        return model(np.array([ids])).data[0]
+
+
+def _check_against_transformers(path, hf_model, tmp_path, weights=None, tol=1e-4):
+    out = tmp_path / "m.safetensors"
+    model, tok, _, _ = import_model(path, out)
+    model, tok, _ = load_model(out)                                    # what was written, read back
+    assert isinstance(tok, SPTokenizer)
+    ids = tok.encode_prompt(TEXT)
+    assert ids[0] == 1 and len(ids) > 30
+    ours, theirs = _ours_logits(model, ids), _theirs_logits(hf_model, ids, weights)
+    np.testing.assert_allclose(ours, theirs, atol=tol, rtol=0)
+    # Greedy decoding: transformers' ids, cut at the first id glassllm stops on (</s> or <s>).
+    hf = hf_model if weights is None else None
+    if hf is not None:
+        with torch.no_grad():
+            seq = hf.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, len(ids):].tolist()
+        cut = next((k + 1 for k, i in enumerate(seq) if i in tok.end_ids), len(seq))
+        mine = [t.id for t in generate(model, tok, TEXT, max_new_tokens=12, temperature=0)]
+        assert mine == seq[:cut]
+    return model, tok, out
+
+
+def _export_matches(out, tmp_path, expected: dict[str, np.ndarray]):
+    from glassllm.hf import export_hf
+
+    folder = export_hf(out, tmp_path / "back")
+    back = hf_tensors(folder)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
+
+
+def test_hf_folder_with_tokenizer_json(llama, tmp_path):
+    root, _, hf_model = llama
+    _, tok, out = _check_against_transformers(root / "hf", hf_model, tmp_path)
+    _export_matches(out, tmp_path, hf_tensors(root / "hf"))
+    # The exported folder loads in transformers with the same tokenizer.
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
+    assert theirs(TEXT).input_ids == tok.encode_prompt(TEXT)
+
+
+def test_hf_folder_with_only_tokenizer_model(llama, tmp_path):
+    root, _, hf_model = llama
+    folder = tmp_path / "hf"
+    shutil.copytree(root / "hf", folder)
+    (folder / "tokenizer.json").unlink()
+    _, from_model, _ = _check_against_transformers(folder, hf_model, tmp_path)
+    from_json = import_model(root / "hf", tmp_path / "j.safetensors")[1]
+    text = sp_training_text(40, seed=5)
+    assert from_model.encode(text) == from_json.encode(text)
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0"])
+def test_gguf(llama, tmp_path, qtype):
+    root, sp_model, hf_model = llama
+    path = write_gguf(root / "hf", sp_model, tmp_path / f"m-{qtype}.gguf", qtype)
+    tensors = hf_tensors(root / "hf")
+    if qtype == "F32":
+        weights = None
+    else:
+        q = getattr(gguf.GGMLQuantizationType, qtype)
+        weights = {k: (v if v.ndim == 1 else
+                       v.astype(np.float16).astype(np.float32) if qtype == "F16" else
+                       gguf.quants.dequantize(gguf.quants.quantize(v, q), q)) for k, v in tensors.items()}
+    _, _, out = _check_against_transformers(path, hf_model, tmp_path, weights)
+    _export_matches(out, tmp_path, weights or tensors)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_llama2c(llama, tmp_path, version):
+    root, sp_model, hf_model = llama
+    model_path, _ = write_llama2c(root / "hf", sp_model, tmp_path / "model.bin", version)
+    _, _, out = _check_against_transformers(model_path, hf_model, tmp_path)
+    _export_matches(out, tmp_path, hf_tensors(root / "hf"))
+
+
+def test_llama2c_tied_head(llama, tmp_path):
+    root, sp_model, _ = llama
+    tied = random_llama(tmp_path / "tied", sp_model, L=1, C=16, H=2, G=1, F=32, ctx=64, seed=3, tied=True)
+    model_path, _ = write_llama2c(tmp_path / "tied", sp_model, tmp_path / "model.bin", 0)
+    assert struct.unpack("7i", model_path.read_bytes()[:28])[5] == 512          # positive: shared classifier
+    _check_against_transformers(model_path, tied, tmp_path)
+
+
+def test_eval_reports_bits_per_byte(llama, tmp_path, capsys):
+    root, _, hf_model = llama
+    out = tmp_path / "m.safetensors"
+    assert cli.main(["import", str(root / "hf"), str(out)]) == 0
+    assert "from a Hugging Face folder" in capsys.readouterr().out
+    stories = ["Once upon a time there was a cat.", "The dog ran to the park and jumped high."]
+    (tmp_path / "v.txt").write_text("\n<|endoftext|>\n".join(stories) + "\n", encoding="utf-8")
+    assert cli.main(["eval", "--model", str(out), "--data", str(tmp_path / "v.txt"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    _, tok, _ = load_model(out)
+    nats, n_tokens = 0.0, 0
+    for story in stories:                                              # transformers, story by story
+        ids = tok.encode_prompt(story)
+        logits = torch.from_numpy(_theirs_logits(hf_model, ids)).double()
+        nats += torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]), reduction="sum").item()
+        n_tokens += len(ids) - 1
+    # glassllm's windows run across the story boundary (<s> of the second story is predicted too).
+    assert result["bytes"] == sum(len(s.encode()) for s in stories)
+    assert result["tokens"] == n_tokens + 1
+    assert result["bits_per_byte"] == pytest.approx(result["nats"] / (math.log(2) * result["bytes"]))
+    assert result["nats"] > nats
+
+
+# ----------------------------------------------------------------------------
+# Bad sources: one line, exit 2, nothing written
+# ----------------------------------------------------------------------------
+
+def _refused(capsys, tmp_path, source, needle, *extra):
+    out = tmp_path / "out.safetensors"
+    assert cli.main(["import", str(source), str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("glassllm import: error:") and needle in err and err.count("\n") == 1, err
+    assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+
+
+def test_bad_gguf_files(llama, tmp_path, capsys):
+    root, sp_model, _ = llama
+    good = write_gguf(root / "hf", sp_model, tmp_path / "good.gguf", "F32")
+    data = good.read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(data[: len(data) // 2])
+    _refused(capsys, tmp_path, tmp_path / "cut.gguf", "truncated")
+    (tmp_path / "magic.gguf").write_bytes(b"GGUX" + data[4:])
+    _refused(capsys, tmp_path, tmp_path / "magic.gguf", "is not a GGUF file: it starts with b'GGUX'")
+    write_gguf(root / "hf", sp_model, tmp_path / "q4.gguf", "Q4_0")
+    _refused(capsys, tmp_path, tmp_path / "q4.gguf", "is Q4_0; expected one of F32, F16, BF16, Q8_0")
+
+
+def test_bad_llama2c_files(llama, tmp_path, capsys):
+    root, sp_model, _ = llama
+    model_path, tok_path = write_llama2c(root / "hf", sp_model, tmp_path / "model.bin", 0)
+    data = model_path.read_bytes()
+    model_path.write_bytes(data[:-4])
+    _refused(capsys, tmp_path, model_path, "but its legacy header")
+    model_path.write_bytes(data + b"\0" * 8)
+    _refused(capsys, tmp_path, model_path, "but its legacy header")
+    model_path.write_bytes(data)
+    # Another model's tokenizer: fewer pieces than the model's vocabulary.
+    other = train_sentencepiece(tmp_path / "other", vocab_size=400)
+    write_llama2c(root / "hf", other, tmp_path / "other" / "x.bin", 0)
+    _refused(capsys, tmp_path, model_path, "has 400 tokens, but the model has vocab_size=512",
+             "--tokenizer", str(tmp_path / "other" / "tokenizer.bin"))
+
+
+def test_mismatched_hf_tokenizer(llama, tmp_path, capsys):
+    root, _, _ = llama
+    folder = tmp_path / "hf"
+    shutil.copytree(root / "hf", folder)
+    doc = json.loads((folder / "tokenizer.json").read_text())
+    extra = "zzzq"
+    doc["model"]["vocab"][extra] = len(doc["model"]["vocab"])
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    _refused(capsys, tmp_path, folder, "513 tokens but config.json says vocab_size=512")
+
+
+def test_other_architectures_and_biases_are_refused(llama, tmp_path, capsys):
+    root, sp_model, _ = llama
+    good = write_gguf(root / "hf", sp_model, tmp_path / "good.gguf", "F32")
+    reader = gguf.GGUFReader(str(good))
+    w = gguf.GGUFWriter(str(tmp_path / "qwen.gguf"), "qwen2")
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    _refused(capsys, tmp_path, tmp_path / "qwen.gguf", "general.architecture='qwen2' is not supported")
+    assert len(reader.tensors) > 0
+    folder = tmp_path / "biased"
+    shutil.copytree(root / "hf", folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["attention_bias"] = True
+    (folder / "config.json").write_text(json.dumps(cfg))
+    _refused(capsys, tmp_path, folder, "attention_bias=True is not supported")
