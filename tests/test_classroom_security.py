@@ -431,33 +431,36 @@ def test_a_kept_alive_connection_that_trickles_its_next_request_is_closed(inspec
 
 def test_a_full_pool_answers_503_with_retry_after_instead_of_piling_up(inspector, monkeypatch):
     import threading
+    import time
 
     import httpx
 
     from glassllm.inspector.pool import WorkPool
 
     gate = threading.Event()
-    real = inspector.tokens
+    real = inspector.next_token
 
     def held(req):
         gate.wait(10)
         return real(req)
 
-    monkeypatch.setattr(inspector, "tokens", held)
+    monkeypatch.setattr(inspector, "next_token", held)
     pool = WorkPool(1, queue=1)
     s = serve(make_app(inspector, pool=pool))
     statuses = []
     try:
-        def one():
+        def one(prompt):
             with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=10) as c:
-                statuses.append(c.post("/api/tokens", json={"prompt": "hi"}))
-        threads = [threading.Thread(target=one) for _ in range(2)]
+                statuses.append(c.post("/api/next", json={"prompt": prompt}))
+        threads = [threading.Thread(target=one, args=(p,)) for p in ("Tom ran.", "Mia sat.")]
         for t in threads:
             t.start()
-        while pool.admitted < 2:
-            threading.Event().wait(0.01)
+        deadline = time.monotonic() + 10
+        while pool.admitted < 2 and time.monotonic() < deadline:    # one running, one waiting
+            time.sleep(0.01)
+        assert pool.admitted == 2
         with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=10) as c:
-            r = c.post("/api/tokens", json={"prompt": "hi"})
+            r = c.post("/api/next", json={"prompt": "Ben sat."})
             assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1, r.text
             assert "busy" in r.json()["error"]
             assert c.get("/api/info").status_code == 200           # nothing to compute: still answered
