@@ -192,7 +192,8 @@ def write_llama2c(folder: Path, sp_model: Path, out: Path, version: int = 0) -> 
         if version == 0:
             f.write(struct.pack("7i", C, F, L, H, G, V if shared else -V, T))
             parts = [emb, *[layer(i, "input_layernorm") for i in range(L)], *wq, *wk,
-                     *[layer(i, "self_attn.v_proj") for i in range(L)], *[layer(i, "self_attn.o_proj") for i in range(L)],
+                     *[layer(i, "self_attn.v_proj") for i in range(L)],
+                     *[layer(i, "self_attn.o_proj") for i in range(L)],
                      *[layer(i, "post_attention_layernorm") for i in range(L)],
                      *[layer(i, "mlp.gate_proj") for i in range(L)], *[layer(i, "mlp.down_proj") for i in range(L)],
                      *[layer(i, "mlp.up_proj") for i in range(L)], t["model.norm.weight"]]

@@ -47,7 +47,8 @@ WRONG = [
     ("attention_head", "n, m = len(q), len(k)\nw = q @ k.T / np.sqrt(q.shape[1])\n"
                        "w = np.exp(w - w.max(axis=-1, keepdims=True))\nreturn w / w.sum(axis=-1, keepdims=True) @ v",
      "no causal mask"),
-    ("attention_head", "n, m = len(q), len(k)\ns = q @ k.T\ns[np.arange(m)[None] > m - n + np.arange(n)[:, None]] = -np.inf\n"
+    ("attention_head", "n, m = len(q), len(k)\ns = q @ k.T\n"
+                       "s[np.arange(m)[None] > m - n + np.arange(n)[:, None]] = -np.inf\n"
                        "w = np.exp(s - s.max(axis=-1, keepdims=True))\nreturn w / w.sum(axis=-1, keepdims=True) @ v",
      "not divided by sqrt(D)"),
     ("attention_head", "n, m = len(q), len(k)\ns = q @ k.T / np.sqrt(q.shape[1])\n"
@@ -100,7 +101,8 @@ WRONG = [
     ("softmax_backward", "return p * (1 - p) * g", "only the diagonal of the Jacobian"),
     ("softmax_backward", "return p * ((g * p).sum(axis=-1, keepdims=True) - g)", "the sign is flipped"),
     ("softmax_backward", "return p * (g - (g * p).sum(axis=0, keepdims=True))", "the sum runs over the first axis"),
-    ("softmax_backward", "return p * (g - (g * p).sum(axis=-1, keepdims=True)) + 0.01", "row 0 of your gradient sums to"),
+    ("softmax_backward", "return p * (g - (g * p).sum(axis=-1, keepdims=True)) + 0.01",
+     "row 0 of your gradient sums to"),
 ]
 
 

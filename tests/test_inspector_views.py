@@ -315,3 +315,14 @@ def test_the_bundled_history_shows_the_induction_head_appear(browser, parts):
     finally:
         page.close()
         server_.stop()
+
+
+def test_the_full_distribution_says_what_its_floor_is(browser, server):
+    page = opened(browser, server.url)
+    page.click("#show-all")
+    probs = np.array(page.evaluate("() => Array.from(window.glass.next.probs)"))
+    floor = int(np.sum(probs <= 2 * probs.min()))
+    assert int(page.get_attribute("#all-floor", "data-count")) == floor
+    text = page.inner_text("#all-floor")
+    assert ("flat floor at the right" in text) == (floor >= 0.02 * len(probs)) and "floor" in text
+    page.close()

@@ -107,6 +107,7 @@ def test_hf_folder_with_only_tokenizer_model(llama, tmp_path):
 def test_gguf(llama, tmp_path, qtype):
     root, sp_model, hf_model = llama
     path = write_gguf(root / "hf", sp_model, tmp_path / f"m-{qtype}.gguf", qtype)
+    assert gguf.GGUFReader(str(path)).fields["tokenizer.ggml.padding_token_id"].contents() == 4294967295  # tolerated
     tensors = hf_tensors(root / "hf")
     if qtype == "F32":
         weights = None
@@ -140,6 +141,9 @@ def test_eval_reports_bits_per_byte(llama, tmp_path, capsys):
     out = tmp_path / "m.safetensors"
     assert cli.main(["import", str(root / "hf"), str(out)]) == 0
     assert "from a Hugging Face folder" in capsys.readouterr().out
+    assert cli.main(["tokenize", "--tokenizer", str(out), "Once upon a time"]) == 0
+    shown = capsys.readouterr().out
+    assert "'▁a'" in shown and "tokens for 16 bytes" in shown
     stories = ["Once upon a time there was a cat.", "The dog ran to the park and jumped high."]
     (tmp_path / "v.txt").write_text("\n<|endoftext|>\n".join(stories) + "\n", encoding="utf-8")
     assert cli.main(["eval", "--model", str(out), "--data", str(tmp_path / "v.txt"), "--json"]) == 0

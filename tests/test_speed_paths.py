@@ -425,6 +425,21 @@ def test_importing_glassllm_leaves_malloc_alone():
     assert out.stdout.strip() == "None"
 
 
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_the_commands_that_run_the_model_keep_freed_memory(command, tmp_path, monkeypatch, capsys):
+    import glassllm.heap
+    from glassllm.cli import main
+
+    calls = []
+    monkeypatch.setattr(glassllm.heap, "keep_freed_memory", lambda: calls.append(command) or True)
+    missing = str(tmp_path / "missing.safetensors")
+    args = {"generate": ["generate", "Tom", "--model", missing],
+            "eval": ["eval", "--model", missing, "--data", missing]}[command]
+    assert main(args) == 2                                  # the missing file: after the setting was made
+    capsys.readouterr()
+    assert calls == [command]
+
+
 def test_keep_freed_memory_is_idempotent_and_can_be_declined():
     from glassllm.heap import keep_freed_memory
 

@@ -202,3 +202,46 @@ def test_generate_streams_the_text_and_stops_at_either_end_id(trio):
         forced.load_state_dict(state)
         (only,) = list(generate(forced, ours, prompt, max_new_tokens=5, temperature=0))
         assert (only.id, only.finish, only.text) == (end, "eot", "")
+
+
+def test_tokenize_command_reads_a_sentencepiece_tokenizer_file(trio, tmp_path, capsys):
+    from glassllm import cli
+
+    trio[0].save(tmp_path / "sp.json")
+    assert cli.main(["tokenize", "--tokenizer", str(tmp_path / "sp.json"), "the cat 😀"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("'")[1] for line in out[:-1]] == trio[0].pieces(trio[0].encode("the cat 😀"))
+
+
+@pytest.fixture(scope="module")
+def hf_doc(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hfdoc")
+    model = train_sentencepiece(folder, vocab_size=512)
+    return json.loads(hf_tokenizer_json(model, folder / "hf").read_text(encoding="utf-8"))
+
+
+def test_tokenizer_json_in_both_spellings_reads_as_sentencepiece(trio, hf_doc):
+    """The Metaspace form transformers writes today, and the older Prepend + Replace normaliser."""
+    ours = trio[0]
+    legacy = {**hf_doc, "pre_tokenizer": None, "normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": SPACE}, {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}]}}
+    text = sp_training_text(30, seed=7) + " ünseen 😀 text"
+    for doc in (hf_doc, legacy):
+        mine = SPTokenizer.from_hf_tokenizer_json(doc)
+        theirs = tokenizers.Tokenizer.from_str(json.dumps(doc))
+        assert mine.encode(text) == ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+        assert mine.encode_prompt(text) == theirs.encode(text).ids
+        assert mine.add_bos and mine.byte_fallback and mine.vocab_size == ours.vocab_size
+
+
+def test_tokenizer_json_that_is_not_sentencepiece_bpe_is_refused(hf_doc):
+    import copy
+
+    missing = copy.deepcopy(hf_doc)
+    a, b = missing["model"]["merges"].pop(3)
+    with pytest.raises(ValueError, match=f"model.merges='{a} {b}' is not supported; expected every pair"):
+        SPTokenizer.from_hf_tokenizer_json(missing)
+    eos_after = copy.deepcopy(hf_doc)
+    eos_after["post_processor"]["single"].append({"SpecialToken": {"id": "</s>", "type_id": 0}})
+    with pytest.raises(ValueError, match="post_processor.single"):
+        SPTokenizer.from_hf_tokenizer_json(eos_after)

@@ -22,8 +22,9 @@ naming the key, anything whose logits it could not reproduce exactly: biases,
 RoPE scaling, another activation, a head size other than width / heads, a
 tokenizer that is neither byte-level BPE nor SentencePiece BPE (in
 ``tokenizer.json``, or a ``tokenizer.model`` without it: see
-:mod:`glassllm.sptokenizer`), a vocabulary that does not match the embedding. A checkpoint with a tied output head is imported by copying the
-embedding into ``output.weight``. Pickled ``.bin`` checkpoints are refused:
+:mod:`glassllm.sptokenizer`), a vocabulary that does not match the embedding.
+A checkpoint with a tied output head is imported by copying the embedding into
+``output.weight``. Pickled ``.bin`` checkpoints are refused:
 loading never unpickles anything.
 
 Names, key for key (``{i}`` is the layer):

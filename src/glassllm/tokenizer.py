@@ -900,7 +900,7 @@ def _cli(args) -> int:
     return 0
 
 
-def _cli_tokenizer(path) -> Tokenizer:
+def _cli_tokenizer(path):
     """A tokenizer file, or the tokenizer inside a model file (default: the bundled one)."""
     from . import checkpoint
 
@@ -914,9 +914,10 @@ def _cli_tokenizer(path) -> Tokenizer:
     except OSError as e:
         raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
     # Anything but a model file is read as a tokenizer file, which names its own problems.
+    from .tokenizing import load_tokenizer, tokenizer_from_json
+
     if not checkpoint.starts_like_safetensors(head):
-        return Tokenizer.load(path)
-    from .tokenizing import tokenizer_from_json
+        return load_tokenizer(path)
 
     _, meta = checkpoint.read_header(path)
     try:

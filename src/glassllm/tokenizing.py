@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 
-__all__ = ["TextTokenizer", "tokenizer_from_json", "KINDS"]
+__all__ = ["TextTokenizer", "tokenizer_from_json", "load_tokenizer", "KINDS"]
 
 KINDS = ("byte-bpe", "sentencepiece-bpe")
 
@@ -118,3 +118,19 @@ def tokenizer_from_json(text) -> TextTokenizer:
     if kind == "sentencepiece-bpe":
         return SPTokenizer.from_json(text)
     raise ValueError(f"tokenizer kind {kind!r} is not supported, expected one of {list(KINDS)}")
+
+
+def load_tokenizer(path) -> TextTokenizer:
+    """A tokenizer file of either kind; every problem is one ``ValueError`` naming the file."""
+    from pathlib import Path
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
+    try:
+        return tokenizer_from_json(data)
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r}: {e}") from None

@@ -100,8 +100,8 @@ class Inspector:
     """Answers the page's requests for one model.
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
-    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece); ``limits``: what one
-    request may cost (the prompt is capped to fit the context); ``timeline``: the
+    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece);
+    ``limits``: what one request may cost (the prompt is capped to fit the context); ``timeline``: the
     :class:`~glassllm.timeline.Timeline` of the run that trained it, if there is one (the page's Training
     tab); ``cache``: where traced passes are kept (default: a new
     :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb`` MB). Thread-safe: each computing thread

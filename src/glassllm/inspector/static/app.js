@@ -567,7 +567,8 @@
     if (!geom || geom.rows !== rows || geom.cols !== cols) cursor = null;
     const canvas = $("heatmap");
     const wrap = $("heatmap-wrap");
-    const W = Math.max(320, wrap.clientWidth - 2);
+    const wrapW = wrap.clientWidth;                            // read once: reading it after a resize forces a layout
+    const W = Math.max(320, wrapW - 2);
     const tokenCols = r.col_kind === "token";
     const isSoftmax = r.local === "attn.softmax" && !r.grad;
     const rowLabelW = 112, rightW = isSoftmax ? 78 : 12;
@@ -685,7 +686,7 @@
     } else $("rowsum-line").textContent = "";
 
     // 6. The row labels again, on a strip that stays in place when a wide grid scrolls sideways.
-    const strip = $("heatmap-rows"), wide = cssW > wrap.clientWidth;
+    const strip = $("heatmap-rows"), wide = cssW > wrapW;
     strip.hidden = !wide;
     canvas.style.marginLeft = wide ? -x0 + "px" : "0";
     if (wide) {
@@ -1167,10 +1168,14 @@
     let floor = 0;
     while (floor < V && probs[order[V - 1 - floor]] <= 2 * least) floor++;
     $("all-floor").dataset.count = String(floor);
-    $("all-floor").textContent = `The flat floor at the right: the last ${nice(floor)} candidates ` +
-      `(${(100 * floor / V).toFixed(0)}%) lie within a factor of 2 of the smallest probability, ${least.toExponential(2)}. ` +
-      "Most are ids the training text (almost) never contains, such as single bytes of non-English characters: " +
-      "training only ever pushed their logits down, together, so they end up at nearly one shared value.";
+    $("all-floor").textContent = floor >= 0.02 * V
+      ? `The flat floor at the right: the last ${nice(floor)} candidates ` +
+        `(${(100 * floor / V).toFixed(0)}%) lie within a factor of 2 of the smallest probability, ${least.toExponential(2)}. ` +
+        "Most are ids the training text (almost) never contains, such as single bytes of non-English characters: " +
+        "training only ever pushed their logits down, together, so they end up at nearly one shared value."
+      : `No flat floor here: the probabilities keep falling to the smallest, ${least.toExponential(2)} ` +
+        `(${nice(floor)} candidate${floor === 1 ? "" : "s"} within a factor of 2 of it). A model whose training text never ` +
+        "contains some ids shows them as a flat floor at the right: training only pushes their logits down, together.";
     c.onmousemove = (ev) => {
       const r = Math.min(V - 1, Math.max(0, Math.floor(((ev.clientX - c.getBoundingClientRect().left - left) / plotW) * V)));
       const id = order[r];
