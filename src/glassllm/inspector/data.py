@@ -46,7 +46,7 @@ from ..trace import registry
 from ..trace.registry import axis_sizes
 from .cache import TraceCache, model_digest, nbytes
 from .schema import (
-    HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, _shown,
+    HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, shown,
 )
 
 __all__ = ["Inspector", "encode_array", "pool"]
@@ -394,7 +394,7 @@ class Inspector:
         full = f"layers.{iv.layer}.{iv.name}"
         if full not in self.axes:
             inside = sorted({k.split(".", 2)[2] for k in self.axes if k.startswith("layers.0.")})
-            raise ValueError(f"intervention 'edit': {_shown(iv.name)} is not a snapshot inside the blocks; "
+            raise ValueError(f"intervention 'edit': {shown(iv.name)} is not a snapshot inside the blocks; "
                              f"expected one of {', '.join(inside)}")
         if iv.name == "attn.mask":
             raise ValueError("intervention 'edit' cannot set the boolean attn.mask; use 'mask_off'")
@@ -588,7 +588,7 @@ def _trace_prompt(model, ids, iv, grad, target) -> _Run:
             run = _Run(trace(model, tokens, targets=targets, interventions=_edits(iv)), 0, list(ids), target)
     if edit and not np.isfinite(run.logits).all():
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
-                         f"{_shown(iv.name)} = {iv.value} is outside what the model can compute with "
+                         f"{shown(iv.name)} = {iv.value} is outside what the model can compute with "
                          "(an rms of 0 divides by zero)")
     return run
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ModelConfig
+from ..files import atomic_write
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
 MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
@@ -74,7 +75,7 @@ def snapshot_shape(name: str, config=None, n: int = 1, m: int | None = None) -> 
     if name not in axes:
         raise ValueError(f"no snapshot is named {name!r}; names are {_summary(axes)}")
     m = n if m is None else m
-    n, m = _index(n, "n"), _index(m, "m")
+    n, m = check_index(n, "n"), check_index(m, "m")
     if not 1 <= n <= m:
         raise ValueError(f"need 1 <= n <= m (n new queries read m keys, the cached ones included), got n={n}, m={m}")
     sizes = axis_sizes(config, n, m)
@@ -89,7 +90,7 @@ def _summary(axes) -> str:
     return ", ".join(seen)
 
 
-def _resolve(pattern, axes: dict, layer=None) -> list[str]:
+def resolve(pattern, axes: dict, layer=None) -> list[str]:
     """Registry names matched by one pattern, in forward order.
 
     A pattern is a full name (``layers.2.attn.softmax``), a glob
@@ -120,7 +121,9 @@ def _resolve(pattern, axes: dict, layer=None) -> list[str]:
     return found
 
 
-def _resolve_all(patterns, axes: dict) -> list[str]:
+def resolve_all(patterns, axes: dict) -> list[str]:
+    """Registry names matched by any of ``patterns`` (a str or a list of them, as for
+    :func:`resolve`), each once, in forward order."""
     if isinstance(patterns, str):
         patterns = [patterns]
     if isinstance(patterns, (bytes, dict)) or not isinstance(patterns, (list, tuple, set, frozenset)):
@@ -128,18 +131,21 @@ def _resolve_all(patterns, axes: dict) -> list[str]:
     patterns = list(patterns)
     chosen = set()
     for p in patterns:
-        chosen.update(_resolve(p, axes))
+        chosen.update(resolve(p, axes))
     return [k for k in axes if k in chosen]
 
 
-def _head_axis(name: str, axes: tuple) -> int | None:
+def head_axis(axes: tuple) -> int | None:
+    """The position of the head axis (H for query heads, G for key/value heads) in a
+    snapshot's ``axes``, or None if it has none."""
     for letter in ("H", "G"):
         if letter in axes:
             return axes.index(letter)
     return None
 
 
-def _storage_dtype(dtype):
+def storage_dtype(dtype) -> np.dtype | None:
+    """``dtype`` as one of :data:`STORAGE_DTYPES` (None: keep the model's); raises otherwise."""
     if dtype is None:
         return None
     try:
@@ -151,14 +157,15 @@ def _storage_dtype(dtype):
     return dt
 
 
-def _index(value, what: str, size: int | None = None) -> int:
+def check_index(value, what: str, size: int | None = None) -> int:
+    """``value`` as an int index: >= 0, and below ``size`` when given. ``what`` names it in the
+    one-line error (``TypeError`` for a non-int, ``ValueError`` out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {value!r}")
     if value < 0 or (size is not None and value >= size):
         where = f"0..{size - 1}" if size else "an int >= 0"
         raise ValueError(f"{what}={value} is out of range: expected {where}")
     return int(value)
-
 
 
 # ----------------------------------------------------------------------------
@@ -228,8 +235,6 @@ def _tuple(items) -> str:
 
 def write_snapshot_doc(path) -> None:
     """Replace the generated block of ``path`` (between the markers) by :func:`snapshot_table`."""
-    from ..checkpoint import atomic_write
-
     text = Path(path).read_text(encoding="utf-8")
     if DOC_BEGIN not in text or DOC_END not in text:
         raise ValueError(f"{str(path)!r} lacks the markers {DOC_BEGIN!r} ... {DOC_END!r}")

@@ -24,7 +24,9 @@ import os
 import sys
 import threading
 
-__all__ = ["add_cli", "DEFAULT_PROMPT", "DEFAULT_PORT"]
+from . import load_model_option
+
+__all__ = ["add_cli", "run", "load_inspected", "DEFAULT_PROMPT", "DEFAULT_PORT"]
 
 DEFAULT_PROMPT = "Once upon a time there was a little dog"
 DEFAULT_PORT = 8765
@@ -71,14 +73,14 @@ def add_cli(name: str, parser) -> None:
                         help="most decoding steps a request may ask for (default: 64)")
     parser.add_argument("--max-cells", type=int, default=1 << 19, metavar="N",
                         help=f"most values in one snapshot response (default: {1 << 19:,})")
-    parser.set_defaults(func=_cli)
+    parser.set_defaults(func=run)
 
 
-def _load(path, run=None):
+def load_inspected(path, run=None):
     """(model, tokenizer, meta, timeline or None) from --model FILE, --run DIR, or the bundled model."""
     from pathlib import Path
 
-    from ..checkpoint import bundled_model_path, load_model
+    from .. import checkpoint
     from ..timeline import load_timeline, timeline_path_for
 
     if run is not None:
@@ -92,26 +94,23 @@ def _load(path, run=None):
             raise ValueError(f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint")
         if not timeline_path_for(folder).is_file():
             raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
+    model, tokenizer, meta = load_model_option(path)
     if path is None:
-        path = bundled_model_path()
-        if not path.exists():
-            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
-                             "from this installation")
-    model, tokenizer, meta = load_model(path)
+        path = checkpoint.bundled_model_path()
     beside = timeline_path_for(Path(run) if run is not None else Path(path))
     return model, tokenizer, meta, load_timeline(beside) if beside.is_file() else None
 
 
-def _cli(args) -> int:
+def run(args) -> int:
     try:
         import fastapi  # noqa: F401
         import pydantic  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
-    from .auth import check_token_text
-    from .data import Inspector
-    from .schema import Limits
+    from ..inspector.auth import check_token_text
+    from ..inspector.data import Inspector
+    from ..inspector.schema import Limits
 
     for flag in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
         if getattr(args, flag) < 1:
@@ -147,14 +146,14 @@ def _cli(args) -> int:
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("prompt is empty: give at least one character")
-    model, tokenizer, meta, timeline = _load(args.model, args.run)
+    model, tokenizer, meta, timeline = load_inspected(args.model, args.run)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
     inspector = Inspector(model, tokenizer, limits, meta, cache_mb=args.cache_mb, timeline=timeline)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
-        from ..checkpoint import read_head, refuse_to_replace
-        from .export import export_html
+        from ..files import read_head, refuse_to_replace
+        from ..inspector.export import export_html
 
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
@@ -172,8 +171,8 @@ def _cli(args) -> int:
 
 
 def _serve(inspector, prompt: str, args) -> int:
-    from .auth import Access, lan_addresses, new_token, own_hosts
-    from .server import PortInUse, Server, create_app, is_loopback
+    from ..inspector.auth import Access, lan_addresses, new_token, own_hosts
+    from ..inspector.server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
