@@ -179,7 +179,7 @@ def _serve(inspector, prompt: str, args) -> int:
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
     from threadpoolctl import threadpool_limits
 
-    from .pool import RateLimiter, WorkPool
+    from ..inspector.pool import RateLimiter, WorkPool
 
     # Parallelism comes from the pool's workers, one core each: BLAS threads on top of them would
     # oversubscribe the cores (and OpenBLAS's spinning threads slow to a crawl on a busy machine).
