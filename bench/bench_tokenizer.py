@@ -14,7 +14,7 @@ Reported, as medians over the repeats:
   on the whole text and ``encode_batch`` over its lines (which uses threads);
 - compression: bytes of ``valid.txt`` per token.
 
-A third row runs *our* merges inside Hugging Face (``to_hf_tokenizer_json``)
+A third row runs *our* merges inside Hugging Face (``glassllm.hf.tokenizer_to_hf``)
 and checks that the ids are identical.
 """
 
@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from glassllm.hf import tokenizer_to_hf  # noqa: E402
 from glassllm.tokenizer import EOT, Tokenizer  # noqa: E402
 
 
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
     hf_batch_s, _ = timed(lambda: tokenizers.Tokenizer.from_str(hf_doc).encode_batch(valid_lines), n)
 
     # --- our merges, run by Hugging Face ---------------------------------------
-    ours_in_hf = json.dumps(ours.to_hf_tokenizer_json())
+    ours_in_hf = json.dumps(tokenizer_to_hf(ours))
     port_enc_s, port_ids = timed(lambda: tokenizers.Tokenizer.from_str(ours_in_hf).encode(valid).ids, n)
     port_batch_s, _ = timed(lambda: tokenizers.Tokenizer.from_str(ours_in_hf).encode_batch(valid_lines), n)
 

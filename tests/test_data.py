@@ -298,9 +298,9 @@ def test_a_tokenizer_trained_on_a_folder_reads_the_files_training_reads(corpus):
     """Hidden files and folders are left out by both (the corpus holds .hidden.txt; add a hidden folder)."""
     (corpus / ".cache").mkdir()
     (corpus / ".cache" / "c.txt").write_text("zyxwv " * 200, encoding="utf-8")
-    from glassllm.tokenizer import _files
+    from glassllm.tokenizer import text_files
 
-    assert _files(corpus) == expand_paths(corpus)
+    assert text_files(corpus) == expand_paths(corpus)
     assert Tokenizer.train(corpus, vocab_size=300).encode("zyxwv") == \
         Tokenizer.train(expand_paths(corpus), vocab_size=300).encode("zyxwv")
 

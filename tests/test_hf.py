@@ -19,6 +19,7 @@ import pytest
 
 from glassllm import autograd as ag
 from glassllm import checkpoint, cli, hf
+from glassllm.hf import tokenizer_to_hf
 from glassllm.config import ModelConfig
 from glassllm.nn import Transformer
 from glassllm.optim import AdamW
@@ -278,7 +279,7 @@ def _random_llama(torch, transformers, vocab: int = 500, tied: bool = False, see
 
 def _save_hf(model, tok: Tokenizer, folder: Path) -> Path:
     model.save_pretrained(folder, safe_serialization=True)
-    (folder / "tokenizer.json").write_text(json.dumps(tok.to_hf_tokenizer_json()), encoding="utf-8")
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_to_hf(tok)), encoding="utf-8")
     return folder
 
 
@@ -362,7 +363,7 @@ def test_import_renumbers_a_vocabulary_in_another_order(tmp_path, tok500):
     theirs = _random_llama(torch, transformers, seed=2)
     V = tok500.vocab_size
     sigma = np.random.default_rng(5).permutation(V)                     # our id -> their id
-    doc = tok500.to_hf_tokenizer_json()
+    doc = tokenizer_to_hf(tok500)
     doc["model"]["vocab"] = {s: int(sigma[i]) for s, i in doc["model"]["vocab"].items()}
     for t in doc["added_tokens"]:
         t["id"] = int(sigma[t["id"]])

@@ -178,10 +178,10 @@ def run(tmp_path_factory):
 
 def test_the_timeline_answer_is_the_runs_file(run):
     from glassllm.checkpoint import load_model
-    from glassllm.inspector.cli import _load
+    from glassllm.commands.inspect import load_inspected
     from glassllm.timeline import load_timeline
 
-    model, tokenizer, meta, timeline = _load(None, str(run))
+    model, tokenizer, meta, timeline = load_inspected(None, str(run))
     assert timeline is not None
     inspector = Inspector(model, tokenizer, timeline=timeline)
     client = TestClient(create_app(inspector, tab="training"), base_url="http://127.0.0.1")
@@ -228,12 +228,12 @@ def test_inspect_run_refuses_what_is_not_a_run(run, tmp_path, capsys):
 def test_a_model_file_with_a_timeline_beside_it_gets_the_training_tab(run, tmp_path):
     import shutil
 
-    from glassllm.inspector.cli import _load
+    from glassllm.commands.inspect import load_inspected
 
     shutil.copy(run / "model.safetensors", tmp_path / "m.safetensors")
-    assert _load(str(tmp_path / "m.safetensors"))[3] is None
+    assert load_inspected(str(tmp_path / "m.safetensors"))[3] is None
     shutil.copy(run / "timeline.safetensors", tmp_path / "m.timeline.safetensors")
-    model, tokenizer, meta, timeline = _load(str(tmp_path / "m.safetensors"))
+    model, tokenizer, meta, timeline = load_inspected(str(tmp_path / "m.safetensors"))
     assert timeline is not None and timeline.steps[0] == 0
     out = tmp_path / "page.html"
     export_html(Inspector(model, tokenizer, Limits(max_prompt_tokens=16, max_new_tokens=1), timeline=timeline),

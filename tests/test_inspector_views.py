@@ -262,10 +262,10 @@ def test_the_timeline_slider_changes_the_shown_pattern(browser, tmp_path):
     from test_inspector_timeline import tiny_run
 
     from glassllm.inspector import Inspector
-    from glassllm.inspector.cli import _load
+    from glassllm.commands.inspect import load_inspected
 
     tiny_run(tmp_path)
-    model, tokenizer, meta, timeline = _load(None, str(tmp_path / "run"))
+    model, tokenizer, meta, timeline = load_inspected(None, str(tmp_path / "run"))
     server_, page, errors = _training_page(browser, Inspector(model, tokenizer, meta=meta, timeline=timeline))
     try:
         assert page.is_visible("#panel-training") and page.is_visible("#tl-slider")

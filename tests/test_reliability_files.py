@@ -1,7 +1,7 @@
 """Untrusted files: a model file someone sent you cannot make glassllm allocate, unpickle or crash.
 
 - The loader knows every parameter's shape from the config by arithmetic
-  (``hf._param_shapes``); that table equals the shapes a real Transformer has.
+  (``ModelConfig.param_shapes``); that table equals the shapes a real Transformer has.
 - Crafted headers -- a tensor of 10^12 elements, a shape bigger than its
   bytes, a config of width 2^20, a context of 10^9 positions -- are refused
   before any large allocation: tracemalloc (which sees NumPy's buffers, as
@@ -38,12 +38,11 @@ def env():
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_shapes_from_the_config_equal_the_model(name):
-    from glassllm.hf import _param_shapes
     from glassllm.nn import Transformer
 
     config = CONFIGS[name]
     model = Transformer(config, seed=0)
-    assert _param_shapes(config) == {k: p.shape for k, p in model.named_parameters()}
+    assert config.param_shapes() == {k: p.shape for k, p in model.named_parameters()}
 
 
 def _peak_while(fn) -> tuple[int, Exception | None]:
@@ -66,13 +65,12 @@ def _giant_consistent(root: Path) -> Path:
     """A header that agrees with its config everywhere -- 65,536 ids x width 16,384, 4 GiB per
     embedding -- but whose file is a few KB: every tensor points past the end."""
     from glassllm.config import ModelConfig
-    from glassllm.hf import _param_shapes
 
     good = (root / "tiny.safetensors").read_bytes()
     meta = json.loads(good[8:8 + struct.unpack("<Q", good[:8])[0]])["__metadata__"]
     config = {**CONFIG, "vocab_size": 65536, "dim": 16384, "ffn_dim": 43712}
     header, offset = {}, 0
-    for name, shape in _param_shapes(ModelConfig(**config)).items():
+    for name, shape in ModelConfig(**config).param_shapes().items():
         size = 4 * int(np.prod(shape))
         header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size

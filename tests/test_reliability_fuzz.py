@@ -29,6 +29,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from glassllm.hf import tokenizer_to_hf  # noqa: E402
 from test_reliability_inventory import get_env, has_nan  # noqa: E402
 
 RUN: Counter = Counter()                 # property -> examples run (read by tools/reliability_report.py)
@@ -61,7 +62,7 @@ def env():
 @pytest.fixture(scope="module")
 def hf_tok(env):
     tokenizers = pytest.importorskip("tokenizers")
-    return tokenizers.Tokenizer.from_str(json.dumps(env.tok.to_hf_tokenizer_json()))
+    return tokenizers.Tokenizer.from_str(json.dumps(tokenizer_to_hf(env.tok)))
 
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=80) | st.sampled_from(

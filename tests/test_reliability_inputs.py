@@ -582,7 +582,7 @@ CLI_CASES = [
     C("prompt longer than the context", ["inspect", LONG.strip(), *M, "--html", "page.html"],
       ("prompt", "tokens", "at most 63")),
     C("prompt longer than the context", ["eval", *M, "--data", "train.txt", "--seq-len", "65"],
-      ("seq_len", "65", "[1, 64]")),
+      ("--seq-len", "65", "[1, 64]")),
     C("invalid UTF-8", ["generate", "\udcff\udcfe", *M], ("not valid UTF-8", "byte 0xff", "character 0")),
     C("invalid UTF-8", ["tokenize", "abc\udcff", "--tokenizer", "tok.json"], ("not valid UTF-8", "character 3")),
     C("invalid UTF-8", ["inspect", "\udcff", *M, "--html", "page.html"], ("not valid UTF-8", "byte 0xff")),

@@ -223,14 +223,15 @@ def test_eval_defaults_to_the_trained_window_of_a_short_model(folder, capsys):
 
 
 def test_a_tokenizer_file_may_start_with_a_byte_order_mark_or_a_newline(folder):
-    from glassllm.tokenizer import Tokenizer, _cli_tokenizer
+    from glassllm.commands.tokenize import tokenizer_from_file
+    from glassllm.tokenizer import Tokenizer
 
     text = (folder / "tok.json").read_bytes()
     for prefix in (b"\xef\xbb\xbf", b"\n  "):
         (folder / "t.json").write_bytes(prefix + text)
-        assert _cli_tokenizer(folder / "t.json").encode("a dog") == Tokenizer.load(folder / "tok.json").encode("a dog")
+        assert tokenizer_from_file(folder / "t.json").encode("a dog") == Tokenizer.load(folder / "tok.json").encode("a dog")
     save_model(folder / "m.safetensors", *load_model(folder / "tiny.safetensors")[:2])
-    assert _cli_tokenizer(folder / "m.safetensors").vocab_size == 300   # and a model file is still a model file
+    assert tokenizer_from_file(folder / "m.safetensors").vocab_size == 300   # and a model file is still a model file
 
 
 def test_a_refused_run_leaves_no_folder_behind(folder, capsys):

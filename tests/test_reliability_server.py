@@ -527,7 +527,7 @@ def test_the_default_port_taken_falls_back_to_a_free_one_and_says_so(env, monkey
     import socket
 
     from glassllm.cli import main
-    from glassllm.inspector import cli as icli
+    from glassllm.commands import inspect as icli
     from glassllm.inspector import server
 
     started = []

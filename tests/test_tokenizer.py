@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import glassllm.tokenizer as tokmod
+from glassllm.hf import tokenizer_to_hf
 from glassllm.tokenizer import EOT, PATTERN, Tokenizer, merge_pair
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tinystories"
@@ -349,7 +350,7 @@ def test_encode_matches_reference_encoder_on_corpus(tok, stories):
 @pytest.fixture(scope="module")
 def hf(tok):
     tokenizers = pytest.importorskip("tokenizers")
-    return tokenizers.Tokenizer.from_str(json.dumps(tok.to_hf_tokenizer_json()))
+    return tokenizers.Tokenizer.from_str(json.dumps(tokenizer_to_hf(tok)))
 
 
 def test_pattern_means_the_same_in_oniguruma():
@@ -505,7 +506,7 @@ def test_tinystories_valid():
     text = (SHARED / "valid.txt").read_text(encoding="utf-8")
     ids = tok.encode_corpus(SHARED / "valid.txt")
     assert (ids == 1023).sum() == 1000 and tok.decode(ids) == text
-    hf = tokenizers.Tokenizer.from_str(json.dumps(tok.to_hf_tokenizer_json()))
+    hf = tokenizers.Tokenizer.from_str(json.dumps(tokenizer_to_hf(tok)))
     assert hf.encode(text).ids == ids.tolist()
     head = text[:5000].replace(EOT, "")
     assert tok.encode(head) == reference_encode(tok, head)

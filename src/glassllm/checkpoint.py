@@ -1,4 +1,4 @@
-"""The glassllm model file, and atomic file writes.
+"""The glassllm model file.
 
 A model file is one safetensors file that holds everything inference needs:
 
@@ -15,168 +15,37 @@ is read, so a crafted file with absurd shapes is refused without a large
 allocation. Every problem is reported as one ``ValueError`` line that names
 the file and what was expected.
 
-Writes go to a temporary file in the same folder, are flushed to disk and then
-renamed over the target (``os.replace`` is atomic on POSIX): a reader -- or a
+Writes are atomic (:func:`glassllm.files.atomic_write`): a reader -- or a
 process killed mid-save -- sees either the old file or the new one, never half.
+The file helpers (``atomic_write``, ``atomic_path``, ``make_folder``,
+``refuse_to_replace``, ``read_head``, ``starts_like_safetensors``) live in
+:mod:`glassllm.files` and are also importable from here.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import math
-import os
-import stat
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from .config import ModelConfig
+from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, make_folder, read_head, refuse_to_replace,
+                    starts_like_safetensors)
+from .nn import Transformer, model_dtype
+from .tokenizing import TextTokenizer, tokenizer_from_json
 
 __all__ = [
     "FORMAT", "VERSION", "atomic_write", "atomic_path", "make_folder", "save_model", "load_model",
     "read_header", "read_head", "bundled_model_path", "load_bundled", "refuse_to_replace", "is_model_file",
+    "starts_like_safetensors",
 ]
 
 FORMAT = "glassllm-model"
 VERSION = "1"
 _DTYPES = {"F32": np.float32, "F64": np.float64}
-MAX_HEADER_BYTES = 16 << 20  # a model header is a few KB; refuse anything absurd
 MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (see _check_tables)
-
-
-@contextmanager
-def atomic_path(path):
-    """Yield a temporary path next to ``path``; on success rename it over ``path``.
-
-    If the block fails, the temporary file is removed and ``path`` is left as
-    it was; an ``OSError`` (a full disk, say) becomes one ``ValueError`` line
-    naming ``path``.
-
-    >>> with atomic_path("out.bin") as tmp:   # doctest: +SKIP
-    ...     np.save(tmp, array)
-    """
-    if not str(path).strip():
-        raise ValueError("cannot write '': empty path; name a file")
-    path = Path(path)
-    if path.exists() and not path.is_file():   # (exists and is_file follow symbolic links)
-        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
-        raise ValueError(f"cannot write {str(path)!r}: it is {kind}")
-    if path.is_symlink():                      # write the file the link names; the link stays a link
-        path = Path(os.path.realpath(path))
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
-    try:
-        # The OS decides what is writable (os.access would not see a read-only file system as root).
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
-    os.close(fd)
-    # mkstemp makes 0600: a replaced file keeps its own permissions, a new one gets ordinary ones
-    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask())
-    try:
-        yield Path(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(folder)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):  # a full disk, a quota, a file size limit: one line, the target kept
-            raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
-        raise
-
-
-def make_folder(path) -> Path:
-    """Create the folder ``path`` and its parents if needed; a ``ValueError`` line if the OS refuses."""
-    path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise ValueError(f"cannot create folder {str(path)!r}: a file of that name is in the way") from None
-    except OSError as e:
-        parent = next((p for p in path.parents if p.exists()), Path("."))
-        raise ValueError(f"cannot create folder {str(path)!r}: {_why(e, parent)}") from None
-    return path
-
-
-def _why(e: OSError, folder: Path) -> str:
-    """The reason an OSError gives, in words: a refused folder is named as not writable."""
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"folder {str(folder)!r} is not writable"
-    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return f"no room: the disk is full or a size limit was reached ({e.strerror})"
-    return e.strerror or str(e)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def refuse_to_replace(path, what: str, kind: str, is_kind, inputs=()) -> None:
-    """Before a command writes ``path``: a ValueError if it is one of the command's ``inputs``, or an existing
-    file that is not a ``kind`` (``is_kind(path)`` is False) -- a typo must not destroy a model or the training
-    text. A file of the same kind is replaced (running a command again is normal). ``what`` names the
-    option, e.g. ``"--out"``."""
-    p = Path(path)
-    if not p.exists():
-        return
-    for source in inputs:
-        if source is not None and Path(source).exists() and os.path.samefile(p, source):
-            raise ValueError(f"{what} {str(p)!r} is also this command's input: writing it would destroy it; "
-                             "choose another file")
-    if p.is_file() and p.stat().st_size and not is_kind(p):
-        raise ValueError(f"{what} {str(p)!r} already exists and is not {kind}: not replacing it; choose another "
-                         "file, or remove it first")
-
-
-def read_head(path, n: int = 4096) -> bytes:
-    """The first ``n`` bytes of the file ``path``."""
-    with open(path, "rb") as f:
-        return f.read(n)
-
-
-def is_model_file(path) -> bool:
-    """Is ``path`` a glassllm model file (by its header, without reading the tensors)?"""
-    try:
-        return read_header(path)[1].get("format") == FORMAT
-    except (ValueError, OSError):
-        return False
-
-
-def atomic_write(path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-    except OSError as e:
-        raise ValueError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------
@@ -186,9 +55,6 @@ def _fsync_dir(folder: Path) -> None:
 def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
     """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
     from safetensors.numpy import save
-
-    from .nn import Transformer, model_dtype
-    from .tokenizing import TextTokenizer
 
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
@@ -210,12 +76,6 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
         meta[key] = str(value)
     tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
     atomic_write(path, save(tensors, metadata=meta))
-
-
-def starts_like_safetensors(head: bytes) -> bool:
-    """Do these first 9 bytes open a safetensors file: a plausible header length (8 bytes,
-    little-endian), then the header's ``{``?"""
-    return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
 
 
 def read_header(path) -> tuple[dict, dict[str, str]]:
@@ -272,6 +132,14 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
     return header, meta
 
 
+def is_model_file(path) -> bool:
+    """Is ``path`` a glassllm model file (by its header, without reading the tensors)?"""
+    try:
+        return read_header(path)[1].get("format") == FORMAT
+    except (ValueError, OSError):
+        return False
+
+
 def _looks_like(head: bytes) -> str:
     """What a file that is not safetensors seems to be, from its first bytes ('' if unknown)."""
     if head[:1] == b"\x80" and 2 <= head[1] <= 5:  # PROTO opcode and a protocol number
@@ -291,10 +159,6 @@ def load_model(path, dtype=None):
     """
     from safetensors import safe_open
 
-    from .hf import _param_shapes
-    from .nn import Transformer, model_dtype
-    from .tokenizing import tokenizer_from_json
-
     if dtype is not None:
         dtype = model_dtype(dtype)
     header, meta = read_header(path)
@@ -313,7 +177,7 @@ def load_model(path, dtype=None):
 
     # Shapes come from the config by arithmetic: nothing is allocated until every
     # tensor in the header matches them, so the weights are at most the file's size.
-    expected = _param_shapes(config)
+    expected = config.param_shapes()
     stored_dtypes = set()
     for key, info in header.items():
         if key not in expected:

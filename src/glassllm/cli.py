@@ -1,15 +1,17 @@
 """The ``glassllm`` command.
 
-Each subcommand lives with the code it drives: a module listed in
-``COMMANDS`` provides ``add_cli(name, parser)``, which adds its options and
-sets ``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code.
+Each subcommand is a module of :mod:`glassllm.commands` listed in ``COMMANDS``:
+it provides ``add_cli(name, parser)``, which adds its options and sets
+``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code.
 
 Bad input never shows a traceback: a ``ValueError``/``TypeError`` (or an
 ``OSError``: a missing file, a folder that cannot be written; a ``MemoryError``:
 a model or batch too large for this machine; an ``OverflowError``) becomes one
 line on stderr and exit code 2, as argparse does for bad options. An empty
 string where a file or folder is expected is refused before any work (it would
-otherwise mean the current folder).
+otherwise mean the current folder). A library error that names a parameter
+(:class:`~glassllm.checks.ParameterError`) names the option that set it instead:
+``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`).
 """
 
 from __future__ import annotations
@@ -23,15 +25,15 @@ PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
 
 # subcommand -> (module that implements it, one-line help)
 COMMANDS = {
-    "generate": ("glassllm.generate", "write text with a model, token by token"),
-    "inspect": ("glassllm.inspector.cli", "open the browser inspector on a prompt"),
-    "train": ("glassllm.train", "train a model (and its tokenizer) on text files"),
-    "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
-    "tokenize": ("glassllm.tokenizer", "train a tokenizer, or show how one splits text"),
-    "export": ("glassllm.hf", "export a model file to another format (Hugging Face)"),
-    "import": ("glassllm.importer", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
-    "import-hf": ("glassllm.importer", "import a Hugging Face Llama folder as a model file (as import)"),
-    "check": ("glassllm.exercises.cli", "check your answer to a write-it-yourself exercise"),
+    "generate": ("glassllm.commands.generate", "write text with a model, token by token"),
+    "inspect": ("glassllm.commands.inspect", "open the browser inspector on a prompt"),
+    "train": ("glassllm.commands.train", "train a model (and its tokenizer) on text files"),
+    "eval": ("glassllm.commands.eval", "held-out loss, perplexity and bits per byte of a model"),
+    "tokenize": ("glassllm.commands.tokenize", "train a tokenizer, or show how one splits text"),
+    "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
+    "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
+    "import-hf": ("glassllm.commands.import_model", "import a Hugging Face Llama folder as a model file (as import)"),
+    "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 
 # Commands that run the model step after step: freed activations stay mapped for reuse (glassllm.heap).
@@ -67,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = ["glassllm", *argv]       # what was typed, for the records a command keeps
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -77,6 +81,9 @@ def main(argv=None) -> int:
         print(f"glassllm {args.command}: error: {empty}: empty path; name a file or folder", file=sys.stderr)
         return 2
     import numpy as np
+
+    from .checks import ParameterError
+    from .commands import option_for
 
     if args.command in KEEP_FREED_MEMORY:
         from .heap import keep_freed_memory
@@ -88,6 +95,12 @@ def main(argv=None) -> int:
             return int(args.func(args) or 0)
     except BrokenPipeError:
         return 0
+    except ParameterError as e:                  # named by the option that set it, when one did
+        sub = _subparser(parser, args.command)
+        option = option_for(sub, e.param)
+        text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
+        print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
+        return 2
     except (ValueError, TypeError, OSError, OverflowError) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -101,8 +114,7 @@ def main(argv=None) -> int:
 
 def _empty_path_option(parser: argparse.ArgumentParser, args) -> str | None:
     """The option (``--out``, ``DIR``) given an empty string where a path belongs, or None."""
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for action in sub.choices[args.command]._actions:
+    for action in _subparser(parser, args.command)._actions:
         if action.metavar not in PATH_METAVARS:
             continue
         value = getattr(args, action.dest, None)
@@ -112,7 +124,12 @@ def _empty_path_option(parser: argparse.ArgumentParser, args) -> str | None:
     return None
 
 
-def _one_line(e: Exception) -> str:
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def _one_line(e) -> str:
     """The error as one line: an OSError names its file and the system's reason."""
     if isinstance(e, OSError) and e.strerror:
         return f"{e.filename!r}: {e.strerror}" if e.filename else e.strerror

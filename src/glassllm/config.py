@@ -25,6 +25,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from .checks import ParameterError, ParameterTypeError
+
 __all__ = ["JsonConfig", "ModelConfig"]
 
 
@@ -101,24 +103,24 @@ class ModelConfig(JsonConfig):
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"ModelConfig.{name} must be an int, got {value!r}")
+                raise ParameterTypeError(name, f"must be an int, got {value!r}", owner="ModelConfig")
             if value < 1:
-                raise ValueError(f"ModelConfig.{name} must be >= 1, got {value}")
+                raise ParameterError(name, f"must be >= 1, got {value}", owner="ModelConfig")
         for name in ("norm_eps", "rope_theta"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
                 shown = f"an int of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
-                raise ValueError(f"ModelConfig.{name} must be a finite number > 0, got {shown:.60}")
+                raise ParameterError(name, f"must be a finite number > 0, got {shown:.60}", owner="ModelConfig")
         if self.dim % self.n_heads:
-            raise ValueError(f"ModelConfig.dim={self.dim} is not divisible by n_heads={self.n_heads}")
+            raise ParameterError("dim", f"={self.dim} is not divisible by n_heads={self.n_heads}", owner="ModelConfig")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"ModelConfig.n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}"
-            )
+            raise ParameterError("n_heads", f"={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}",
+                                 owner="ModelConfig")
         if self.head_dim % 2:
             raise ValueError(f"head size dim/n_heads={self.head_dim} must be even for RoPE pairs")
         if self.vocab_size > 65536:
-            raise ValueError(f"ModelConfig.vocab_size={self.vocab_size} exceeds 65536 (token ids are stored as uint16)")
+            raise ParameterError("vocab_size", f"={self.vocab_size} exceeds 65536 (token ids are stored as uint16)",
+                                 owner="ModelConfig")
 
     @property
     def head_dim(self) -> int:
@@ -128,6 +130,26 @@ class ModelConfig(JsonConfig):
     def n_rep(self) -> int:
         """How many query heads share one key/value head."""
         return self.n_heads // self.n_kv_heads
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's name (LLaMA's, as :mod:`glassllm.nn` names them) and shape, from
+        the config alone: no weights are allocated. Loaders check a file against it before
+        reading any tensor data.
+
+        >>> shapes = ModelConfig().param_shapes()
+        >>> shapes["layers.0.attention.wk.weight"], len(shapes)
+        ((64, 128), 39)
+        """
+        H, G, D, C, F, V = self.n_heads, self.n_kv_heads, self.head_dim, self.dim, self.ffn_dim, self.vocab_size
+        shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
+        per_layer = {"attention_norm.weight": (C,), "attention.wq.weight": (H * D, C),
+                     "attention.wk.weight": (G * D, C), "attention.wv.weight": (G * D, C),
+                     "attention.wo.weight": (C, H * D), "ffn_norm.weight": (C,),
+                     "feed_forward.w1.weight": (F, C), "feed_forward.w2.weight": (C, F),
+                     "feed_forward.w3.weight": (F, C)}
+        for i in range(self.n_layers):
+            shapes.update({f"layers.{i}.{k}": v for k, v in per_layer.items()})
+        return shapes
 
     @staticmethod
     def llama_ffn_dim(dim: int, multiple_of: int = 32) -> int:

@@ -139,7 +139,7 @@ def read_llama2c(path, tokenizer_path=None):
 
 def read_llama2c_tokenizer(path, vocab_size: int):
     """The :class:`~glassllm.sptokenizer.SPTokenizer` of a llama2.c ``tokenizer.bin`` of ``vocab_size`` pieces."""
-    from .sptokenizer import SPACE, SPTokenizer, _BYTE_PIECE
+    from .sptokenizer import SPACE, SPTokenizer, BYTE_PIECE
 
     where = str(path)
     try:
@@ -166,7 +166,7 @@ def read_llama2c_tokenizer(path, vocab_size: int):
                 raise ValueError(f"{where}: token {i} is {text!r}; expected {name!r} (llama2.c's ids 0, 1, 2)")
             pieces.append((name, score, "unknown" if i == 0 else "control"))
         else:
-            kind = "byte" if _BYTE_PIECE.fullmatch(text) else "normal"
+            kind = "byte" if BYTE_PIECE.fullmatch(text) else "normal"
             pieces.append((text.replace(" ", SPACE), score, kind))
     if at != len(data):
         raise ValueError(f"{where} holds more than {vocab_size} tokens ({len(data) - at:,} bytes left); expected "

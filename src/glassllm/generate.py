@@ -40,9 +40,10 @@ The policies this module fixes (each is tested):
   their probabilities differ by ~1e-6, and a draw that lands that close to the
   boundary between two ids (about 1 token in 4,000 here) picks the other one.
   Greedy decoding differs only where two logits are that close.
-- **Errors**: every bad parameter raises ``ValueError`` (wrong types raise
-  :class:`~glassllm.sampling.ParameterTypeError`, which is both a
-  ``ValueError`` and a ``TypeError``), in one line, before any model work.
+- **Errors**: every bad parameter raises ``ValueError``, in one line, before any
+  model work: a :class:`~glassllm.checks.ParameterError` that names the parameter
+  (``.param``), or for a wrong type a :class:`~glassllm.checks.ParameterTypeError`,
+  which is both a ``ValueError`` and a ``TypeError``.
 
 Two ways to run the model, tested equal to float32 rounding (the same caveat
 for sampled tokens): the model's own forward (``model(tokens, cache)``, whose
@@ -58,7 +59,6 @@ prompts of similar lengths.
 from __future__ import annotations
 
 import codecs
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -66,14 +66,12 @@ import numpy as np
 
 from . import kernels
 from .autograd import no_grad
+from .checks import ParameterError, ParameterTypeError, is_int
 from .nn import Transformer
+from .sampling import check_temperature, check_top_k, check_top_p, model_probs, sample, sampling_distribution
 from .tokenizing import TextTokenizer
-from .sampling import (
-    ParameterTypeError, _is_int, check_temperature, check_top_k, check_top_p, model_probs,
-    sample, sampling_distribution,
-)
 
-__all__ = ["Token", "generate", "generate_batch", "generate_text", "add_cli"]
+__all__ = ["Token", "generate", "generate_batch", "generate_text"]
 
 
 @dataclass(frozen=True)
@@ -123,25 +121,25 @@ def _check_prompt(prompt, model: Transformer, tokenizer, where: str = "prompt") 
     V = model.config.vocab_size
     if isinstance(prompt, str):
         if tokenizer is None:
-            raise ValueError(f"{where} is text but no tokenizer was given; pass a tokenizer or token ids")
+            raise ParameterError(where, "is text but no tokenizer was given; pass a tokenizer or token ids")
         if prompt == "":
-            raise ValueError(f"{where} is empty: give at least one character (or token id)")
+            raise ParameterError(where, "is empty: give at least one character (or token id)")
         return list(tokenizer.encode_prompt(prompt))
     if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, (Sequence, np.ndarray)):
-        raise ParameterTypeError(f"{where} must be a str or a sequence of token ids, got {type(prompt).__name__}")
+        raise ParameterTypeError(where, f"must be a str or a sequence of token ids, got {type(prompt).__name__}")
     arr = np.asarray(prompt)
     if arr.ndim != 1:
-        raise ValueError(f"{where} token ids must be a flat sequence, got shape {arr.shape}")
+        raise ParameterError(where, f"token ids must be a flat sequence, got shape {arr.shape}")
     if arr.size == 0:
-        raise ValueError(f"{where} is empty: give at least one token id")
+        raise ParameterError(where, "is empty: give at least one token id")
     booleans = [i for i in prompt if isinstance(i, (bool, np.bool_))]
     if booleans:
-        raise ParameterTypeError(f"{where} token ids must be ints, got the bool {booleans[0]!r}")
+        raise ParameterTypeError(where, f"token ids must be ints, got the bool {booleans[0]!r}")
     if arr.dtype.kind not in "iu":
-        raise ParameterTypeError(f"{where} token ids must be ints, got {arr.dtype} values")
+        raise ParameterTypeError(where, f"token ids must be ints, got {arr.dtype} values")
     bad = (arr < 0) | (arr >= V)
     if bad.any():
-        raise ValueError(f"{where} token id {arr[bad][0]} is out of range [0, {V})")
+        raise ParameterError(where, f"token id {arr[bad][0]} is out of range [0, {V})")
     return [int(i) for i in arr]
 
 
@@ -150,36 +148,37 @@ def _check_stop(stop, tokenizer) -> tuple[str, ...]:
         return ()
     stops = (stop,) if isinstance(stop, str) else stop
     if not isinstance(stops, (list, tuple)):
-        raise ParameterTypeError(f"stop must be a str or a list of str, got {type(stop).__name__}")
+        raise ParameterTypeError("stop", f"must be a str or a list of str, got {type(stop).__name__}")
     for s in stops:
         if not isinstance(s, str):
-            raise ParameterTypeError(f"stop strings must be str, got {s!r}")
+            raise ParameterTypeError("stop", f"strings must be str, got {s!r}")
         if s == "":
-            raise ValueError("stop string is empty: every text contains it")
+            raise ParameterError("stop", "string is empty: every text contains it")
     if stops and tokenizer is None:
-        raise ValueError("stop strings need a tokenizer to turn tokens into text")
+        raise ParameterError("stop", "strings need a tokenizer to turn tokens into text")
     return tuple(stops)
 
 
 def _check_seeds(seed, batch: int) -> list[np.random.Generator]:
     if isinstance(seed, np.random.Generator):
         return [seed] * batch  # one shared stream, drawn row by row
-    if _is_int(seed):
+    if is_int(seed):
         if seed < 0:
-            raise ValueError(f"seed must be an int >= 0 or a numpy Generator, got {seed!r}")
+            raise ParameterError("seed", f"must be >= 0, got {seed!r}",
+                                 api_problem=f"must be an int >= 0 or a numpy Generator, got {seed!r}")
         return [np.random.default_rng(int(seed) + b) for b in range(batch)]
     if isinstance(seed, (list, tuple)) and len(seed) == batch:
         return [_check_seeds(s, 1)[0] for s in seed]
     many = f", or a list of {batch} of them (one per prompt)" if batch > 1 else ""
-    raise ParameterTypeError(f"seed must be an int >= 0 or a numpy Generator{many}, got {seed!r}")
+    raise ParameterTypeError("seed", f"must be an int >= 0 or a numpy Generator{many}, got {seed!r}")
 
 
 def _check_count(value, name: str, low: int, high: int | None = None) -> int:
-    if not _is_int(value):
-        raise ParameterTypeError(f"{name} must be an int >= {low}, got {value!r}")
+    if not is_int(value):
+        raise ParameterTypeError(name, f"must be an int >= {low}, got {value!r}")
     if value < low or (high is not None and value > high):
         span = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {span}, got {value!r}")
+        raise ParameterError(name, f"must be {span}, got {value!r}")
     return int(value)
 
 
@@ -233,15 +232,15 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     report its own ``n``, ``start`` and ``m``, without the padding.
     """
     if not isinstance(model, Transformer):
-        raise ParameterTypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
+        raise ParameterTypeError("model", f"must be a glassllm Transformer, got {type(model).__name__}")
     V = model.config.vocab_size
     if tokenizer is not None and not isinstance(tokenizer, TextTokenizer):
-        raise ParameterTypeError(f"tokenizer must be a glassllm tokenizer (Tokenizer, SPTokenizer) or None, "
+        raise ParameterTypeError("tokenizer", f"must be a glassllm tokenizer (Tokenizer, SPTokenizer) or None, "
                                  f"got {type(tokenizer).__name__}")
     if tokenizer is not None and tokenizer.vocab_size != V:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects {V}")
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
-        raise ValueError(f"prompts must be a non-empty list of prompts, got {prompts!r:.60}")
+        raise ParameterError("prompts", f"must be a non-empty list of prompts, got {prompts!r:.60}")
     ids = [_check_prompt(p, model, tokenizer, _where or f"prompt {b}") for b, p in enumerate(prompts)]
     max_new = _check_count(max_new_tokens, "max_new_tokens", 1)
     t = check_temperature(temperature)
@@ -251,7 +250,7 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     rngs = _check_seeds(seed, len(ids))
     alternatives = _check_count(alternatives, "alternatives", 0, V)
     if fast is not None and not isinstance(fast, bool):
-        raise ParameterTypeError(f"fast must be True, False or None, got {fast!r}")
+        raise ParameterTypeError("fast", f"must be True, False or None, got {fast!r}")
     if fast and model._tracer is not None:
         raise ValueError("fast=True skips the snapshots, but a tracer is attached; use fast=None or False")
     longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
@@ -350,80 +349,3 @@ def _top(probs: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
     """The k most likely ids with their probabilities: by probability, ties to the lower id."""
     best = np.argsort(-probs, kind="stable")[:k]                        # stable: equal probs keep id order
     return tuple((int(i), float(probs[i])) for i in best)
-
-
-# ----------------------------------------------------------------------------
-# The command line: glassllm generate PROMPT ...
-# ----------------------------------------------------------------------------
-
-def add_cli(name: str, parser) -> None:
-    parser.add_argument("prompt", metavar="PROMPT", help="the text to continue ('<|endoftext|>' starts a fresh story)")
-    parser.add_argument("--model", metavar="FILE", default=None,
-                        help="model file (default: the bundled TinyStories model)")
-    parser.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
-                        help="stop after N new tokens (default: 200, or as many as the model's context has room for)")
-    parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
-                        help="softmax temperature; 0 = greedy (default: 1.0)")
-    parser.add_argument("--top-k", type=int, default=None, metavar="K",
-                        help="keep the K most likely ids, 1..vocabulary (default: off)")
-    parser.add_argument("--top-p", type=float, default=None, metavar="P",
-                        help="then keep the smallest set of ids with mass >= P, 0 < P <= 1 (default: off)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
-    parser.add_argument("--stop", action="append", default=None, metavar="STR",
-                        help="stop once the new text contains STR (included); repeatable")
-    parser.add_argument("--show-probs", action="store_true",
-                        help="one line per token: its probability under the model and in the distribution it "
-                             "was drawn from (after temperature, top-k, top-p), and the model's top alternatives")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    from .checkpoint import bundled_model_path, load_model
-
-    if args.model is None:
-        path = bundled_model_path()
-        if not path.exists():
-            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
-                             "from this installation")
-    else:
-        path = args.model
-    # The library's checks name its parameters; a command-line user typed flags.
-    if args.max_new_tokens is not None:
-        _check_count(args.max_new_tokens, "--max-new-tokens", 1)
-    _check_count(args.seed, "--seed", 0)
-    check_temperature(args.temperature, "--temperature")
-    check_top_p(args.top_p, "--top-p")
-    model, tokenizer, _ = load_model(path)
-    check_top_k(args.top_k, model.config.vocab_size, "--top-k")
-    n_prompt = len(_check_prompt(args.prompt, model, tokenizer))
-    if args.max_new_tokens is None:                                      # the default fits the context
-        args.max_new_tokens = max(1, min(200, model.config.max_seq_len - n_prompt))
-    records = generate(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
-                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                       seed=args.seed, stop=args.stop, alternatives=5 if args.show_probs else 0)
-    out = sys.stdout
-    if not args.show_probs:
-        out.write(args.prompt)
-        out.flush()
-        try:
-            for t in records:
-                out.write(t.text)
-                out.flush()
-        finally:
-            out.write("\n")  # the text's line ends, even when Ctrl+C cut it short
-            out.flush()
-        return 0
-    out.write(f"prompt: {args.prompt!r} ({n_prompt} token{'s' if n_prompt != 1 else ''})\n")
-    # p(model): the model's own probability (softmax of the logits); p(drawn): in the distribution the token
-    # was drawn from (after --temperature, --top-k, --top-p). The alternatives are the model's most likely.
-    out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'p(model)':>8} {'p(drawn)':>8}  "
-              "top alternatives (p(model))\n")
-    for t in records:
-        # Pieces are already readable (escapes for bytes and control characters): quote, don't repr.
-        alts = "  ".join(f"'{tokenizer.piece(i)}' {p:.3f}" for i, p in t.top if i != t.id)
-        piece = f"'{t.piece}'"
-        out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {piece:<16} {t.prob:>8.4f} {t.p_sampled:>8.4f}  {alts}\n")
-        out.flush()
-        if t.finish:
-            out.write(f"[stopped: {t.finish}]\n")
-    return 0

@@ -8,7 +8,7 @@ load:
 ``config.json``            a ``LlamaConfig`` (no biases, untied head, plain RoPE)
 ``model.safetensors``      the weights under Hugging Face's names
 ``tokenizer.json``         our byte-level BPE for the ``tokenizers`` library
-                           (:meth:`glassllm.tokenizer.Tokenizer.to_hf_tokenizer_json`)
+                           (:func:`tokenizer_to_hf`)
 ``tokenizer_config.json``  tells ``AutoTokenizer`` to use that file, and names
                            ``<|endoftext|>`` as the end-of-sequence token
 ``generation_config.json`` begin/end/pad token ids for ``generate``
@@ -70,20 +70,22 @@ the permutation, and ``glassllm import-hf`` says when it applied one).
 from __future__ import annotations
 
 import json
-import math
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_write, is_model_file, load_model, make_folder, refuse_to_replace, save_model
+from .checkpoint import is_model_file, load_model, save_model
 from .config import ModelConfig
+from .files import atomic_write, make_folder, read_safetensors, refuse_to_replace
+from .nn import Transformer, model_dtype
+from .sptokenizer import SPTokenizer, load_sentencepiece_model
+from .tokenizer import Tokenizer
 
 __all__ = [
     "interleaved_to_halves", "halves_to_interleaved", "hf_config", "config_from_hf",
-    "to_hf_state", "from_hf_state", "tokenizer_from_hf", "export_hf", "import_hf", "load_hf",
-    "read_safetensors_dir", "add_cli",
+    "to_hf_state", "from_hf_state", "tokenizer_to_hf", "tokenizer_from_hf", "export_hf", "import_hf", "load_hf",
+    "read_safetensors_dir",
 ]
 
 
@@ -288,7 +290,7 @@ def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: boo
     missing = [k for k in names.values() if k not in tensors]
     if missing:
         raise ValueError(f"{where}: missing tensor {missing[0]!r}")
-    shapes = _param_shapes(config)
+    shapes = config.param_shapes()
     state = {}
     for ours, theirs in names.items():
         w = tensors[theirs]
@@ -302,70 +304,12 @@ def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: boo
     return state
 
 
-def _param_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's shape, computed from the config (no weights allocated)."""
-    H, G, D, C, F, V = c.n_heads, c.n_kv_heads, c.head_dim, c.dim, c.ffn_dim, c.vocab_size
-    shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
-    per_layer = {"attention_norm.weight": (C,), "attention.wq.weight": (H * D, C),
-                 "attention.wk.weight": (G * D, C), "attention.wv.weight": (G * D, C),
-                 "attention.wo.weight": (C, H * D), "ffn_norm.weight": (C,),
-                 "feed_forward.w1.weight": (F, C), "feed_forward.w2.weight": (C, F),
-                 "feed_forward.w3.weight": (F, C)}
-    for i in range(c.n_layers):
-        shapes.update({f"layers.{i}.{k}": v for k, v in per_layer.items()})
-    return shapes
-
-
-# -- reading safetensors without torch ------------------------------------------
-
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
-
-
-def _read_safetensors(path: Path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
-    """Every tensor of one safetensors file as float32/float64 arrays (bfloat16 widened exactly)."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
-        header.pop("__metadata__", None)
-        out = {}
-        for name, info in header.items():
-            if wanted is not None and name not in wanted:
-                continue
-            dtype = info.get("dtype") if isinstance(info, dict) else None
-            if dtype not in _ST_DTYPES:
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
-            shape = tuple(info["shape"])
-            lo, hi = info["data_offsets"]
-            item = np.dtype(_ST_DTYPES[dtype]).itemsize
-            if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
-            f.seek(8 + n + lo)
-            raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
-            if dtype == "BF16":  # bfloat16 is the top half of a float32
-                arr = (raw.astype(np.uint32) << 16).view(np.float32)
-            elif dtype == "F16":
-                arr = raw.astype(np.float32)
-            else:
-                arr = raw.astype(raw.dtype.newbyteorder("="))
-            out[name] = arr.reshape(shape)
-    return out
-
-
 def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
     """The weights of a Hugging Face folder: ``model.safetensors``, or the shards its index names."""
     folder = Path(folder)
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
     if single.is_file():
-        return _read_safetensors(single)
+        return read_safetensors(single)
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
@@ -376,7 +320,7 @@ def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
             path = folder / shard
             if not path.is_file() or path.parent != folder:
                 raise ValueError(f"{str(index)!r} names shard {shard!r}, which is not in the folder")
-            tensors.update(_read_safetensors(path, {k for k, v in weight_map.items() if v == shard}))
+            tensors.update(read_safetensors(path, {k for k, v in weight_map.items() if v == shard}))
         return tensors
     if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
         raise ValueError(f"{str(folder)!r} holds only pickled weights (.bin/.pt); glassllm reads safetensors "
@@ -385,8 +329,77 @@ def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------
-# Tokenizer: tokenizer.json -> glassllm Tokenizer
+# Tokenizer: glassllm Tokenizer <-> tokenizer.json
 # ----------------------------------------------------------------------------
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's map from each byte to a printable character (used by HF byte-level BPE).
+
+    Printable Latin-1 bytes map to themselves; the other 68 (controls, space,
+    NBSP, soft hyphen) map to U+0100 onwards, in byte order.
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def tokenizer_to_hf(tokenizer) -> dict:
+    """``tokenizer`` as a Hugging Face ``tokenizers`` document (``tokenizer.json``).
+
+    A SentencePiece tokenizer writes its own
+    (:meth:`~glassllm.sptokenizer.SPTokenizer.to_hf_tokenizer_json`). For glassllm's byte-level
+    tokenizer: a byte-level BPE model (tokens spelled with GPT-2's byte -> character
+    map), our merges, the special tokens as added tokens, and a
+    pre-tokenizer that splits with :attr:`~glassllm.tokenizer.Tokenizer.pattern`
+    before mapping bytes. ``tokenizers.Tokenizer.from_str(json.dumps(...))`` then
+    gives our ids with every special token allowed; :func:`tokenizer_from_hf` reads it back.
+
+    >>> from glassllm.tokenizer import Tokenizer
+    >>> doc = tokenizer_to_hf(Tokenizer.train(["aaabdaaabac"], vocab_size=258))
+    >>> doc["model"]["merges"], doc["added_tokens"][0]["content"]
+    (['a a'], '<|endoftext|>')
+    """
+    if isinstance(tokenizer, SPTokenizer):
+        return tokenizer.to_hf_tokenizer_json()
+    char = _bytes_to_unicode()
+    merges, specials = tokenizer.merges, tokenizer.special_tokens
+    n_ordinary = 256 + len(merges)
+    spell = ["".join(char[b] for b in tokenizer.decode_bytes([i])) for i in range(n_ordinary)]
+    vocab = {spell[i]: i for i in range(n_ordinary)}
+    vocab.update(specials)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": sid, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for name, sid in specials.items()
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": tokenizer.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [f"{spell[a]} {spell[b]}" for a, b in merges],
+        },
+    }
+
 
 def _check_pre_tokenizer(pre, where: str) -> str:
     """The split regex of a byte-level pre-tokenizer we can reproduce; ValueError otherwise."""
@@ -420,8 +433,6 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     the same token (``perm`` is ``arange(V)`` when the layouts already agree).
     Raises ValueError naming the first field glassllm cannot reproduce.
     """
-    from .tokenizer import Tokenizer, _bytes_to_unicode
-
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise ValueError(f"{where} is not a tokenizers document (no 'model' object)")
     model = doc["model"]
@@ -579,7 +590,7 @@ def export_hf(model_file, out_dir) -> Path:
     dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
     atomic_write(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
     atomic_write(out / "config.json", dump(hf_config(c, tokenizer, _dtype_name(model))))
-    atomic_write(out / "tokenizer.json", dump(tokenizer.to_hf_tokenizer_json()))
+    atomic_write(out / "tokenizer.json", dump(tokenizer_to_hf(tokenizer)))
     atomic_write(out / "tokenizer_config.json", dump(tok_config))
     atomic_write(out / "generation_config.json", dump(gen_config))
     return out
@@ -612,8 +623,6 @@ def folder_tokenizer(folder: Path):
     ids unchanged); without it, a SentencePiece ``tokenizer.model`` is read, and
     ``tokenizer_config.json``'s ``add_bos_token`` (default true) says whether ``<s>`` goes first.
     """
-    from .sptokenizer import SPTokenizer, load_sentencepiece_model
-
     tok_path = folder / "tokenizer.json"
     if tok_path.is_file():
         doc = _read_json(tok_path, "a tokenizer")
@@ -638,8 +647,6 @@ def load_hf(folder, dtype=None):
     ``dtype``: the model's float type; None keeps the checkpoint's precision (float64 when
     its tensors are F64, else float32: F16 and BF16 weights are widened to float32).
     """
-    from .nn import Transformer, model_dtype
-
     if dtype is not None:
         dtype = model_dtype(dtype)
     folder = Path(folder)
@@ -682,23 +689,3 @@ def import_hf(folder, out_file, dtype=None):
     model, tokenizer, perm = load_hf(folder, dtype)
     save_model(out_file, model, tokenizer, {"source": f"hf:{Path(folder).name}"})
     return model, tokenizer, perm
-
-
-# ----------------------------------------------------------------------------
-# The ``glassllm export`` command
-# ----------------------------------------------------------------------------
-
-def add_cli(name: str, parser) -> None:
-    """``glassllm export`` (``glassllm import`` lives in :mod:`glassllm.importer`)."""
-    parser.add_argument("file", metavar="FILE", help="a glassllm model file")
-    parser.add_argument("--format", choices=["hf"], default="hf",
-                        help="target format: hf = a Hugging Face transformers Llama folder (default)")
-    parser.add_argument("dir", metavar="DIR", help="the folder to write")
-    parser.set_defaults(func=_cli_export)
-
-
-def _cli_export(args) -> int:
-    out = export_hf(args.file, args.dir)
-    print(f"wrote a Hugging Face Llama folder to {out}/ (config.json, model.safetensors, tokenizer.json, "
-          "tokenizer_config.json, generation_config.json)")
-    return 0

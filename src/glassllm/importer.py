@@ -1,4 +1,4 @@
-"""``glassllm import SOURCE OUT``: open a Llama you already have as a glassllm model file.
+"""Open a Llama you already have as a glassllm model file (``glassllm import SOURCE OUT``).
 
 SOURCE is any of
 
@@ -23,15 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["load_source", "import_model", "add_cli"]
+from .checkpoint import is_model_file, save_model
+from .files import refuse_to_replace
+from .nn import Transformer, model_dtype
+
+__all__ = ["load_source", "import_model", "source_kind", "build_model"]
 
 
 def build_model(config, state: dict, where: str, dtype=None):
     """A :class:`~glassllm.nn.Transformer` from a full state dict, every name, shape and value checked."""
-    from .hf import _param_shapes
-    from .nn import Transformer, model_dtype
-
-    shapes = _param_shapes(config)
+    shapes = config.param_shapes()
     for key in shapes:
         if key not in state:
             raise ValueError(f"{where}: missing tensor for {key!r}")
@@ -97,8 +98,6 @@ def load_source(source, dtype=None, tokenizer=None, kind=None):
 
 def import_model(source, out_file, dtype=None, tokenizer=None, kind=None):
     """Write SOURCE as the glassllm model file ``out_file`` (atomically): ``(model, tokenizer, kind, perm)``."""
-    from .checkpoint import is_model_file, refuse_to_replace, save_model
-
     out = Path(out_file)
     src = Path(source)
     if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
@@ -110,34 +109,3 @@ def import_model(source, out_file, dtype=None, tokenizer=None, kind=None):
     model, tok, kind, perm = load_source(source, dtype, tokenizer, kind)
     save_model(out, model, tok, {"source": f"{kind}:{src.name}"})
     return model, tok, kind, perm
-
-
-# ----------------------------------------------------------------------------
-# The command
-# ----------------------------------------------------------------------------
-
-def add_cli(name: str, parser) -> None:
-    parser.add_argument("source", metavar="PATH", help="a Hugging Face Llama folder, a .gguf file, or a llama2.c "
-                        ".bin (with tokenizer.bin beside it)")
-    parser.add_argument("out", metavar="OUT", help="the glassllm model file to write")
-    parser.add_argument("--tokenizer", metavar="FILE", default=None,
-                        help="llama2.c only: the tokenizer.bin (default: the one beside the .bin)")
-    parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                        help="precision of the model file (default: float32; a Hugging Face folder of F64 "
-                             "tensors stays float64)")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    # import-hf, the older name, reads only Hugging Face folders (and says so of anything else).
-    model, tok, kind, perm = import_model(args.source, args.out, dtype=args.dtype, tokenizer=args.tokenizer,
-                                          kind="hf" if args.command == "import-hf" else None)
-    c = model.config
-    what = {"hf": "Hugging Face folder", "gguf": "GGUF file", "llama2c": "llama2.c checkpoint"}[kind]
-    print(f"wrote {args.out} from a {what}: {model.num_params():,} {np.dtype(model.dtype).name} parameters, "
-          f"vocab {c.vocab_size} ({'SentencePiece' if tok.kind == 'sentencepiece-bpe' else 'byte-level'} BPE), "
-          f"width {c.dim}, {c.n_layers} layer{'s' if c.n_layers != 1 else ''}, {c.n_heads} query heads / "
-          f"{c.n_kv_heads} key-value head{'s' if c.n_kv_heads != 1 else ''}")
-    if not np.array_equal(perm, np.arange(len(perm))):
-        print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")
-    return 0

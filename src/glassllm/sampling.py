@@ -36,47 +36,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import ParameterError, ParameterTypeError, is_int, is_number
+
 __all__ = [
-    "ParameterTypeError", "SamplingConfig", "check_temperature", "check_top_k", "check_top_p",
+    "ParameterError", "ParameterTypeError", "SamplingConfig", "check_temperature", "check_top_k", "check_top_p",
     "sampling_distribution", "sample", "model_probs",
 ]
 
 
-class ParameterTypeError(TypeError, ValueError):
-    """A parameter of the wrong type. It is both a ``TypeError`` and a ``ValueError``,
-    so callers that catch ``ValueError`` for every bad parameter catch this too."""
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
 def check_temperature(temperature, name: str = "temperature") -> float:
     """``temperature`` as a float; raise unless it is a finite number >= 0. ``name`` is what errors call it."""
-    if not _is_number(temperature):
-        raise ParameterTypeError(f"{name} must be a number >= 0, got {temperature!r}")
+    if not is_number(temperature):
+        raise ParameterTypeError(name, f"must be a number >= 0, got {temperature!r}")
     t = float(temperature)
     if not math.isfinite(t) or t < 0:
-        raise ValueError(f"{name} must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        raise ParameterError(name, f"must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     return t
 
 
 def check_top_k(top_k, vocab_size: int, name: str = "top_k") -> int | None:
     """``top_k`` as an int (or None = off); raise unless it is in [1, vocab_size].
 
-    ``name`` is what errors call it; a command-line flag (``--top-k``) has no None to offer.
+    ``name`` is what errors call it. The error's ``problem`` (what a command line shows) leaves out
+    "or None": an option left out is its None.
     """
     if top_k is None:
         return None
-    off = " or None" if not name.startswith("-") else ""
-    if not _is_int(top_k):
-        raise ParameterTypeError(f"{name} must be an int in [1, {vocab_size}]{off}, got {top_k!r}")
+    if not is_int(top_k):
+        raise ParameterTypeError(name, f"must be an int in [1, {vocab_size}], got {top_k!r}",
+                                 api_problem=f"must be an int in [1, {vocab_size}] or None, got {top_k!r}")
     if not 1 <= top_k <= vocab_size:
-        raise ValueError(f"{name} must be in [1, {vocab_size}] (the vocabulary){off}, got {top_k!r}")
+        raise ParameterError(name, f"must be in [1, {vocab_size}] (the vocabulary), got {top_k!r}",
+                             api_problem=f"must be in [1, {vocab_size}] (the vocabulary) or None, got {top_k!r}")
     return int(top_k)
 
 
@@ -84,12 +75,13 @@ def check_top_p(top_p, name: str = "top_p") -> float | None:
     """``top_p`` as a float (or None = off); raise unless it is in (0, 1]. ``name`` as in :func:`check_top_k`."""
     if top_p is None:
         return None
-    off = " or None" if not name.startswith("-") else ""
-    if not _is_number(top_p):
-        raise ParameterTypeError(f"{name} must be a number in (0, 1]{off}, got {top_p!r}")
+    if not is_number(top_p):
+        raise ParameterTypeError(name, f"must be a number in (0, 1], got {top_p!r}",
+                                 api_problem=f"must be a number in (0, 1] or None, got {top_p!r}")
     p = float(top_p)
     if not (0.0 < p <= 1.0):  # also false for NaN
-        raise ValueError(f"{name} must be in (0, 1]{off}, got {top_p!r}")
+        raise ParameterError(name, f"must be in (0, 1], got {top_p!r}",
+                             api_problem=f"must be in (0, 1] or None, got {top_p!r}")
     return p
 
 
@@ -107,8 +99,8 @@ class SamplingConfig:
     vocab_size: int = 1024
 
     def __post_init__(self):
-        if not _is_int(self.vocab_size) or self.vocab_size < 1:
-            raise ValueError(f"vocab_size must be an int >= 1, got {self.vocab_size!r}")
+        if not is_int(self.vocab_size) or self.vocab_size < 1:
+            raise ParameterError("vocab_size", f"must be an int >= 1, got {self.vocab_size!r}")
         object.__setattr__(self, "temperature", check_temperature(self.temperature))
         object.__setattr__(self, "top_k", check_top_k(self.top_k, self.vocab_size))
         object.__setattr__(self, "top_p", check_top_p(self.top_p))
@@ -211,17 +203,17 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
     >= 0 with a finite, positive sum (ValueError otherwise: a NaN is never drawn from).
     """
     if not isinstance(rng, np.random.Generator):
-        raise ParameterTypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        raise ParameterTypeError("rng", f"must be a numpy.random.Generator, got {type(rng).__name__}")
     try:
         probs = np.asarray(probs, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ParameterTypeError(f"probs must be an array of numbers, got {type(probs).__name__}") from None
+        raise ParameterTypeError("probs", f"must be an array of numbers, got {type(probs).__name__}") from None
     if probs.ndim not in (1, 2) or probs.shape[-1] == 0:
         raise ValueError(f"probs must be a (V,) or (B, V) array, got shape {probs.shape}")
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
     if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))):
-        raise ParameterTypeError(f"size must be an int >= 0 or None, got {size!r}")
+        raise ParameterTypeError("size", f"must be an int >= 0 or None, got {size!r}")
     if size is not None and size < 0:
         raise ValueError(f"size must be an int >= 0 or None, got {size}")
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)

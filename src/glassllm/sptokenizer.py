@@ -118,16 +118,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .tokenizer import _CONTROL_ESCAPES
-from .tokenizing import TextTokenizer
+from .files import atomic_write
+from .texttokenizer import TextTokenizer
+from .tokenizer import CONTROL_ESCAPES, is_path, read_blocks, text_files
 
-__all__ = ["SPTokenizer", "SPACE", "TYPES", "KIND", "load_sentencepiece_model"]
+__all__ = ["SPTokenizer", "SPACE", "TYPES", "KIND", "BYTE_PIECE", "load_sentencepiece_model"]
 
 KIND = "sentencepiece-bpe"
 SPACE = "\u2581"                     # ▁, how SentencePiece writes a space
 UNKNOWN_TEXT = " \u2047 "            # how sentencepiece decodes <unk>
 TYPES = ("normal", "unknown", "control", "user_defined", "unused", "byte")   # SentencePiece's ids 1..6
-_BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")
+BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")  # a byte-fallback piece, <0x0A>: group 1 is the byte in hex
 DOC_SEPARATOR = "<|endoftext|>"     # how glassllm's text files separate stories (see encode_corpus)
 
 
@@ -166,7 +167,7 @@ class SPTokenizer(TextTokenizer):
             if kind not in TYPES or kind == "user_defined":
                 raise ValueError(f"piece {i} ({piece!r}) has type {kind!r}, expected one of "
                                  "normal, unknown, control, byte, unused")
-            if kind == "byte" and not _BYTE_PIECE.fullmatch(piece):
+            if kind == "byte" and not BYTE_PIECE.fullmatch(piece):
                 raise ValueError(f"byte piece {i} is {piece!r}, expected <0xNN> with NN in 00..FF")
             if piece in self._id:
                 raise ValueError(f"pieces {self._id[piece]} and {i} are both {piece!r}; expected distinct pieces")
@@ -186,7 +187,7 @@ class SPTokenizer(TextTokenizer):
         self._score = {p: s for p, s, t in zip(self._pieces, self._scores, self._types) if t == "normal"}
         # Byte fallback: byte value -> id.
         self._byte_id = {int(m.group(1), 16): i for i, (p, t) in enumerate(zip(self._pieces, self._types))
-                         if t == "byte" and (m := _BYTE_PIECE.fullmatch(p))}
+                         if t == "byte" and (m := BYTE_PIECE.fullmatch(p))}
         if byte_fallback and len(self._byte_id) != 256:
             missing = next(b for b in range(256) if b not in self._byte_id)
             raise ValueError(f"byte_fallback needs all 256 byte pieces; <0x{missing:02X}> is missing")
@@ -374,10 +375,10 @@ class SPTokenizer(TextTokenizer):
         """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``), control
         characters shown as escapes (``\\n``) so that they neither move the cursor nor vanish."""
         (i,) = self._check_ids([token_id])
-        return self._pieces[i].translate(_CONTROL_ESCAPES)
+        return self._pieces[i].translate(CONTROL_ESCAPES)
 
     def pieces(self, ids) -> list[str]:
-        return [self._pieces[i].translate(_CONTROL_ESCAPES) for i in self._check_ids(ids)]
+        return [self._pieces[i].translate(CONTROL_ESCAPES) for i in self._check_ids(ids)]
 
     # -- properties ------------------------------------------------------------------
 
@@ -488,8 +489,6 @@ class SPTokenizer(TextTokenizer):
         return tok
 
     def save(self, path) -> None:
-        from .checkpoint import atomic_write
-
         atomic_write(path, self.to_json())
 
     # -- other formats -------------------------------------------------------------------
@@ -616,7 +615,7 @@ class SPTokenizer(TextTokenizer):
         pieces = []
         for i in range(V):
             p = piece_of[i]
-            kind = specials.get(p) or ("byte" if byte_fallback and _BYTE_PIECE.fullmatch(p) else "normal")
+            kind = specials.get(p) or ("byte" if byte_fallback and BYTE_PIECE.fullmatch(p) else "normal")
             pieces.append((p, -float(first_rank.get(p, V + i)) if kind == "normal" else 0.0, kind))
         normal = {p for p, _, t in pieces if t == "normal"}
         for p in normal:
@@ -677,21 +676,19 @@ class SPTokenizer(TextTokenizer):
 def _stories(text_or_paths):
     """The documents of a str, a path, or a list of them: each file or str, cut at ``<|endoftext|>``.
 
-    Files are read in blocks (:func:`glassllm.tokenizer._read_blocks`); a story that runs across two
+    Files are read in blocks (:func:`glassllm.tokenizer.read_blocks`); a story that runs across two
     blocks is joined again before it is yielded.
     """
     import os
-
-    from .tokenizer import _files, _is_path, _read_blocks
 
     items = [text_or_paths] if isinstance(text_or_paths, (str, os.PathLike)) else text_or_paths
     if isinstance(items, (bytes, bytearray)) or not isinstance(items, Iterable):
         raise TypeError(f"expected text, a path, or an iterable of them, got {type(text_or_paths).__name__}")
     for item in items:
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and _is_path(item)):
-            for file in _files(item):
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and is_path(item)):
+            for file in text_files(item):
                 pending = ""
-                for block in _read_blocks(file, (DOC_SEPARATOR,)):
+                for block in read_blocks(file, (DOC_SEPARATOR,)):
                     parts = (pending + block).split(DOC_SEPARATOR)
                     pending = parts.pop()                                # may continue in the next block
                     yield from parts

@@ -109,9 +109,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .tokenizing import TextTokenizer
+from .files import atomic_write
+from .texttokenizer import TextTokenizer
 
-__all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair"]
+__all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair", "documents", "folder_texts", "text_files",
+           "is_path", "read_blocks", "CONTROL_ESCAPES"]
 
 FORMAT = "glassllm-tokenizer"
 VERSION = 1
@@ -257,7 +259,7 @@ _BLOCK_CHARS = 1 << 20  # characters read from a file at a time
 _MAX_CARRY = 1 << 26  # give up looking for a clean cut past this many characters
 
 
-def _is_path(item: str) -> bool:
+def is_path(item: str) -> bool:
     """Whether a str names a file or folder rather than being text itself.
 
     It must be one line and end in ``.txt``, or be an existing file, or hold
@@ -278,7 +280,7 @@ def folder_texts(folder: Path) -> list[Path]:
                   if f.is_file() and not any(part.startswith(".") for part in f.relative_to(folder).parts))
 
 
-def _files(path) -> list[Path]:
+def text_files(path) -> list[Path]:
     """The files a path stands for: itself, or :func:`folder_texts` of a folder."""
     p = Path(path)
     if p.is_file():
@@ -304,7 +306,7 @@ def _safe_cut(text: str, specials: tuple[str, ...]) -> int:
     return 0
 
 
-def _read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
+def read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
     """Yield a file's text in blocks cut where :func:`_safe_cut` allows.
 
     The file is read as UTF-8; bytes that are not UTF-8 come through as lone
@@ -329,20 +331,20 @@ def _read_blocks(path: Path, specials: tuple[str, ...]) -> Iterator[str]:
             yield carry
 
 
-def _documents(source, specials: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
+def documents(source, specials: tuple[str, ...]) -> Iterator[tuple[str, bool]]:
     """Yield ``(text, from_file)`` pieces from a str, a path, or an iterable of them.
 
     Each piece is pre-tokenised on its own. Items are text, or paths: any
-    ``os.PathLike``, or a ``str`` that :func:`_is_path` accepts.
+    ``os.PathLike``, or a ``str`` that :func:`is_path` accepts.
     """
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     elif isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
         raise TypeError(f"expected text, a path, or an iterable of them, got {type(source).__name__}")
     for item in source:
-        if isinstance(item, os.PathLike) or (isinstance(item, str) and _is_path(item)):
-            for file in _files(item):
-                for block in _read_blocks(file, specials):
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and is_path(item)):
+            for file in text_files(item):
+                for block in read_blocks(file, specials):
                     yield block, True
         elif isinstance(item, str):
             yield item, False
@@ -368,30 +370,13 @@ def _check_text(text: str) -> None:
 # ----------------------------------------------------------------------------
 
 # Control characters would move the cursor or vanish: show them as escapes.
-_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-_CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
+CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+CONTROL_ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 
 def _readable(data: bytes) -> str:
     """Display text for some bytes: UTF-8 where it is, ``\\xNN`` for the rest."""
-    return data.decode("utf-8", "backslashreplace").translate(_CONTROL_ESCAPES)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's map from each byte to a printable character (used by HF byte-level BPE).
-
-    Printable Latin-1 bytes map to themselves; the other 68 (controls, space,
-    NBSP, soft hyphen) map to U+0100 onwards, in byte order.
-    """
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    return data.decode("utf-8", "backslashreplace").translate(CONTROL_ESCAPES)
 
 
 # ----------------------------------------------------------------------------
@@ -514,7 +499,7 @@ class Tokenizer(TextTokenizer):
         split = re.compile(PATTERN).findall
         special_re = cls._special_regex(dict.fromkeys(specials))
         counts: Counter[str] = Counter()
-        for text, from_file in _documents(texts, specials):
+        for text, from_file in documents(texts, specials):
             if not from_file:
                 _check_text(text)
             parts = special_re.split(text) if special_re else [text]
@@ -634,7 +619,7 @@ class Tokenizer(TextTokenizer):
         ``<|endoftext|>`` lines between stories become :attr:`eot_id`.
         """
         out = array("H")
-        for text, from_file in _documents(text_or_paths, tuple(self._special)):
+        for text, from_file in documents(text_or_paths, tuple(self._special)):
             if not from_file:
                 _check_text(text)
             ids: list[int] = []
@@ -793,8 +778,6 @@ class Tokenizer(TextTokenizer):
 
     def save(self, path) -> None:
         """Write :meth:`to_json` to ``path`` atomically (temporary file, then rename)."""
-        from .checkpoint import atomic_write
-
         atomic_write(path, self.to_json())
 
     @classmethod
@@ -810,123 +793,3 @@ class Tokenizer(TextTokenizer):
             return cls.from_json(data)
         except ValueError as e:
             raise ValueError(f"{str(path)!r}: {e}") from None
-
-    def to_hf_tokenizer_json(self) -> dict:
-        """This tokenizer as a Hugging Face ``tokenizers`` document (``tokenizer.json``).
-
-        A byte-level BPE model (tokens spelled with GPT-2's byte -> character
-        map), our merges, the special tokens as added tokens, and a
-        pre-tokenizer that splits with :attr:`pattern` before mapping bytes.
-        ``tokenizers.Tokenizer.from_str(json.dumps(...))`` then gives our ids
-        with every special token allowed.
-        """
-        char = _bytes_to_unicode()
-        spell = ["".join(char[b] for b in data) for data in self._bytes]
-        n_ordinary = 256 + len(self._merges)
-        vocab = {spell[i]: i for i in range(n_ordinary)}
-        vocab.update(self._special)
-        return {
-            "version": "1.0",
-            "truncation": None,
-            "padding": None,
-            "added_tokens": [
-                {"id": sid, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
-                 "normalized": False, "special": True}
-                for name, sid in self._special.items()
-            ],
-            "normalizer": None,
-            "pre_tokenizer": {
-                "type": "Sequence",
-                "pretokenizers": [
-                    {"type": "Split", "pattern": {"Regex": self._pattern}, "behavior": "Isolated", "invert": False},
-                    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-                ],
-            },
-            "post_processor": None,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-            "model": {
-                "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                "vocab": vocab,
-                "merges": [f"{spell[a]} {spell[b]}" for a, b in self._merges],
-            },
-        }
-
-
-# ----------------------------------------------------------------------------
-# The ``glassllm tokenize`` command
-# ----------------------------------------------------------------------------
-
-
-def add_cli(name: str, parser) -> None:
-    """Options of ``glassllm tokenize``: train a tokenizer, or show how one splits text."""
-    parser.add_argument("text", nargs="?", metavar="TEXT", help="text to split into tokens (default: read stdin)")
-    parser.add_argument("--tokenizer", metavar="FILE",
-                        help="a tokenizer file, or a model file (default: the bundled model's tokenizer)")
-    parser.add_argument("--train", nargs="+", metavar="PATH",
-                        help="train a new tokenizer on these text files or folders")
-    parser.add_argument("--vocab-size", type=int, default=None, metavar="N", help="ids in a new tokenizer (default: 1024)")
-    parser.add_argument("--out", metavar="FILE", help="where --train writes the tokenizer")
-    parser.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    import sys
-    import time
-
-    if args.train:
-        if not args.out:
-            raise ValueError("--train needs --out FILE, the file to write the tokenizer to")
-        if args.tokenizer or args.text is not None:
-            raise ValueError("--train makes a new tokenizer: it takes no --tokenizer and no text to split")
-        from .checkpoint import read_head, refuse_to_replace
-
-        refuse_to_replace(args.out, "--out", "a glassllm tokenizer file",
-                          lambda p: f'"{FORMAT}"'.encode() in read_head(p) and read_head(p).lstrip()[:1] == b"{",
-                          inputs=args.train)
-        start = time.perf_counter()
-        tok = Tokenizer.train([Path(p) for p in args.train],
-                              vocab_size=1024 if args.vocab_size is None else args.vocab_size)
-        tok.save(args.out)
-        print(f"trained {tok!r} in {time.perf_counter() - start:.1f} s; wrote {args.out}")
-        return 0
-
-    if args.out is not None:
-        raise ValueError("--out applies only with --train (splitting text writes no file)")
-    if args.vocab_size is not None:
-        raise ValueError("--vocab-size applies only with --train (splitting text uses the tokenizer as it is)")
-    tok = _cli_tokenizer(args.tokenizer)
-    text = args.text if args.text is not None else sys.stdin.read()
-    ids = tok.encode(text, allowed_special="all")
-    width = len(str(tok.vocab_size - 1))
-    for i in ids:
-        print(f"{i:>{width}}  '{tok.piece(i)}'")  # quoted, so that a space piece shows; pieces are already readable
-    size, n = len(text.encode("utf-8")), len(ids)
-    print(f"{n:,} token{'s' * (n != 1)} for {size:,} byte{'s' * (size != 1)} ({size / max(n, 1):.2f} bytes/token)")
-    return 0
-
-
-def _cli_tokenizer(path):
-    """A tokenizer file, or the tokenizer inside a model file (default: the bundled one)."""
-    from . import checkpoint
-
-    if path is None:
-        path = checkpoint.bundled_model_path()
-        if not path.exists():
-            raise ValueError("no bundled model in this installation; pass --tokenizer FILE")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(9)
-    except OSError as e:
-        raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    # Anything but a model file is read as a tokenizer file, which names its own problems.
-    from .tokenizing import load_tokenizer, tokenizer_from_json
-
-    if not checkpoint.starts_like_safetensors(head):
-        return load_tokenizer(path)
-
-    _, meta = checkpoint.read_header(path)
-    try:
-        return tokenizer_from_json(meta.get("tokenizer", ""))
-    except ValueError as e:
-        raise ValueError(f"{str(path)!r}: bad tokenizer: {e}") from None

@@ -34,7 +34,7 @@ import re
 
 from pydantic import ValidationError
 
-from ..checkpoint import atomic_write
+from ..files import atomic_write
 from .data import Inspector
 from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 __all__ = [
     "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
     "AttributionRequest",
-    "request_key", "describe_validation_error",
+    "request_key", "describe_validation_error", "shown",
 ]
 
 MAX_PROMPT_CHARS = 20_000  # refused before tokenizing; a 512-token prompt is a few thousand characters
@@ -211,11 +211,10 @@ def describe_validation_error(errors: list[dict]) -> str:
         return msg                         # our own validator's message already names the field and value
     if kind in ("model_attributes_type", "dict_type") and field == "body":
         return "request body must be a JSON object"
-    shown = _shown(e.get("input"))
-    return f"{field}: {msg} (got {shown})"
+    return f"{field}: {msg} (got {shown(e.get('input'))})"
 
 
-def _shown(value, limit: int = 40) -> str:
+def shown(value, limit: int = 40) -> str:
     """``repr(value)`` cut to about ``limit`` characters: an error line never echoes a whole request."""
     if isinstance(value, str) and len(value) >= limit:
         return repr(value[:limit - 3] + "...")

@@ -47,8 +47,8 @@ also holds ``manifest.json`` (names, shapes, axes, tokens, config);
 
 One concept per module: :mod:`~glassllm.trace.registry` (names, axes, shapes,
 the docs table), :mod:`~glassllm.trace.tracer` (recording),
-:mod:`~glassllm.trace.record` (:class:`Trace`, :class:`Step`),
-:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (export).
+:mod:`~glassllm.trace.record` (:class:`Trace`, :class:`Step`, :func:`load_trace`),
+:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (the file format).
 
 >>> from glassllm.nn import Transformer
 >>> model = Transformer(seed=0)
@@ -59,13 +59,13 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 (2, 3, 32)
 """
 
-from .files import FORMAT, VERSION, load_trace, validate_manifest
+from . import circuits, names, patching
+from .files import FORMAT, VERSION, validate_manifest
 from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
                             ZeroAblate)
-from . import circuits, names, patching
 from .labelled import Labelled
 from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
-from .record import Step, Trace
+from .record import Step, Trace, load_trace
 from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, registry, snapshot_shape,
                        snapshot_table, write_snapshot_doc)
 from .tokens import to_str_tokens

@@ -27,13 +27,13 @@ import math
 import numpy as np
 
 from .labelled import Labelled
-from .registry import _index, _layer
+from .registry import check_index, check_layer
 
 
 def _head(model, layer, head):
     c = model.config
-    layer = _layer(layer, c.n_layers)
-    head = _index(head, "head", c.n_heads)
+    layer = check_layer(layer, c.n_layers)
+    head = check_index(head, "head", c.n_heads)
     return model.layers[layer].attention, head, head // (c.n_heads // c.n_kv_heads), c.head_dim
 
 
@@ -75,7 +75,7 @@ def copying_score(model, layer: int, head: int) -> float:
     same non-zero eigenvalues as its C x C rotation ``diag(g1) OV diag(g2) U.T E``.
     """
     attention, h, _, _ = _head(model, layer, head)
-    layer = _layer(layer, model.config.n_layers)
+    layer = check_layer(layer, model.config.n_layers)
     g1 = model.layers[layer].attention_norm.weight.data                 # (C,)
     g2 = model.norm.weight.data                                         # (C,)
     E, U = model.tok_embeddings.weight.data, model.output.weight.data  # (V, C), (V, C)

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import atomic_path
 from ..config import ModelConfig
-from .record import Step, Trace
+from ..files import atomic_path
 from .registry import MAX_LAYERS, STORAGE_DTYPES, axis_sizes, registry
 
 FORMAT = "glassllm-trace"
@@ -31,8 +30,8 @@ VERSION = 1
 MAX_MANIFEST_BYTES = 64 << 20
 
 
-def manifest_of(trace: Trace) -> dict:
-    """The manifest of ``trace``: everything but the arrays, as JSON-ready values."""
+def manifest_of(trace) -> dict:
+    """The manifest of ``trace`` (a :class:`~glassllm.trace.Trace`): everything but the arrays, as JSON-ready values."""
     steps = []
     for s in trace.steps:
         sizes = axis_sizes(trace.config, s.n, s.m)
@@ -52,7 +51,7 @@ def manifest_of(trace: Trace) -> dict:
     return manifest
 
 
-def save_trace(trace: Trace, path) -> None:
+def save_trace(trace, path) -> None:
     """Write ``trace`` to ``path`` atomically (uncompressed zip: arrays are read back without inflating)."""
     manifest = manifest_of(trace)
     try:
@@ -167,9 +166,11 @@ def validate_manifest(manifest) -> dict:
     return manifest
 
 
-def load_trace(path) -> Trace:
+def read_trace_file(path) -> tuple[dict, list[tuple[dict, dict]]]:
     """Read a trace file written by :meth:`Trace.save`; every field and array is checked.
 
+    Returns the validated manifest and, per step, ``(values, grads)``: snapshot name -> read-only
+    array. :func:`glassllm.trace.load_trace` turns them into a :class:`~glassllm.trace.Trace`.
     Raises ValueError (one line, naming the file) for anything malformed.
     """
     path = Path(path)
@@ -184,7 +185,7 @@ def load_trace(path) -> Trace:
         raise ValueError(f"{str(path)!r}: cannot read: {e}") from None
 
 
-def _read_trace(z: zipfile.ZipFile, where: str) -> Trace:
+def _read_trace(z: zipfile.ZipFile, where: str) -> tuple[dict, list[tuple[dict, dict]]]:
     members = {info.filename: info for info in z.infolist()}
     info = members.get("manifest.json")
     if info is None:
@@ -200,12 +201,11 @@ def _read_trace(z: zipfile.ZipFile, where: str) -> Trace:
     except ValueError as e:
         raise ValueError(f"{where!r}: {e}") from None
 
-    config = ModelConfig.from_dict(manifest["config"])
     dtype = np.dtype(manifest["dtype"])
     expected = {"manifest.json"}
     steps = []
     for i, s in enumerate(manifest["steps"]):
-        step = Step(i, s["n"], s["m"], s["start"], np.array(s["tokens"], dtype=np.int64), pad=s.get("pad", 0))
+        values, grads = {}, {}
         for kind, names_ in (("values", list(s["shapes"])), ("grads", s["grads"])):
             for k in names_:
                 member = f"{kind}/{i}/{k}.npy"
@@ -214,15 +214,12 @@ def _read_trace(z: zipfile.ZipFile, where: str) -> Trace:
                     raise ValueError(f"{where!r}: missing array {member!r}")
                 want = np.dtype(bool) if (kind == "values" and k.endswith("attn.mask")) else dtype
                 arr = _read_npy(z, members[member], tuple(s["shapes"][k]), want, where)
-                (step.values if kind == "values" else step.grads)[k] = arr
-        steps.append(step)
+                (values if kind == "values" else grads)[k] = arr
+        steps.append((values, grads))
     extra = sorted(set(members) - expected)
     if extra:
         raise ValueError(f"{where!r}: unexpected member {extra[0]!r}")
-    trace = Trace(config, registry(config), manifest["names"], steps, manifest["batch"], manifest["dtype"],
-                  manifest["interventions"])
-    trace.loss = manifest.get("loss")
-    return trace
+    return manifest, steps
 
 
 def _read_npy(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, dtype: np.dtype, where: str) -> np.ndarray:

@@ -18,7 +18,7 @@ from .. import autograd as ag
 from ..autograd import Tensor
 from ..config import ModelConfig
 from .record import Step, Trace
-from .registry import _index, _resolve_all
+from .registry import check_index, resolve_all
 
 
 def _constant(data: np.ndarray, like: Tensor) -> Tensor:
@@ -36,7 +36,7 @@ def _indices(values, size: int, what: str = "layer") -> list[int]:
         raise TypeError(f"{what}s must be an int, a list of ints or None, got {values!r}")
     if len(values) == 0:
         raise ValueError(f"{what}s is empty: give at least one {what}, or None for all")
-    out = [_index(i, what, size) for i in values]
+    out = [check_index(i, what, size) for i in values]
     twice = next((i for k, i in enumerate(out) if i in out[:k]), None)
     if twice is not None:
         raise ValueError(f"{what}s lists {what} {twice} twice: give each {what} once")
@@ -97,7 +97,7 @@ class Edit(Intervention):
         self.patterns, self.fn = names, fn
 
     def bind(self, axes, config):
-        return _resolve_all(self.patterns, axes)
+        return resolve_all(self.patterns, axes)
 
     def apply(self, name, t, step):
         rows = []
@@ -160,7 +160,7 @@ class Hook(Intervention):
         self.patterns, self.fn = names, fn
 
     def bind(self, axes, config):
-        found = _resolve_all(self.patterns, axes)
+        found = resolve_all(self.patterns, axes)
         self.axes = {**getattr(self, "axes", {}), **{k: axes[k] for k in found}}
         return found
 
@@ -190,8 +190,8 @@ class ZeroAblate(Intervention):
         self.layer, self.head = layer, head
 
     def bind(self, axes, config):
-        self._head = _index(self.head, "head", config.n_heads)
-        return [f"layers.{_index(self.layer, 'layer', config.n_layers)}.attn.mix"]
+        self._head = check_index(self.head, "head", config.n_heads)
+        return [f"layers.{check_index(self.layer, 'layer', config.n_layers)}.attn.mix"]
 
     def apply(self, name, t, step):
         keep = np.ones((1, t.shape[1], 1, 1), dtype=t.dtype)            # (1, H, 1, 1)
@@ -215,8 +215,8 @@ class MeanAblate(Intervention):
         self.layer, self.head, self.mean = layer, head, mean
 
     def bind(self, axes, config):
-        layer = _index(self.layer, "layer", config.n_layers)
-        self._head = _index(self.head, "head", config.n_heads)
+        layer = check_index(self.layer, "layer", config.n_layers)
+        self._head = check_index(self.head, "head", config.n_heads)
         mean = self.mean
         if isinstance(mean, Trace):
             rows = [mean.get("attn.mix", layer=layer, head=self._head, step=s.index)
@@ -284,7 +284,7 @@ class Patch(Intervention):
         self.heads = _int_list(heads, "heads")
 
     def bind(self, axes, config):
-        found = _resolve_all(self.patterns, axes)
+        found = resolve_all(self.patterns, axes)
         if not isinstance(self.source, Trace) and len(found) != 1:
             raise ValueError(f"Patch with an array needs exactly one name; {self.patterns!r} matches {len(found)}")
         if isinstance(self.source, Trace):

@@ -28,7 +28,7 @@ from .. import autograd as ag
 from ..autograd import Tensor
 from .interventions import Intervention
 from .labelled import Labelled
-from .registry import _head_axis, _resolve
+from .registry import head_axis, resolve
 from .tracer import Tracer, trace
 
 
@@ -92,7 +92,7 @@ class _Sweep:
         self.clean, self.corrupt = _check_pair(model, clean, corrupt)
         axes = model.snapshot_axes()
         self.L = model.config.n_layers
-        self.names = [_resolve(name, axes, layer=i)[0] for i in range(self.L)]
+        self.names = [resolve(name, axes, layer=i)[0] for i in range(self.L)]
         self.axes = axes[self.names[0]]
         with ag.no_grad():
             source = trace(model, self.clean, names=self.names + ["logits"])
@@ -128,7 +128,7 @@ class _Sweep:
             f"{i}:{p}" for i, p in enumerate(tokenizer.pieces(self.clean.tolist()))]
 
     def head_axis(self) -> int:
-        axis = _head_axis(self.names[0], self.axes)
+        axis = head_axis(self.axes)
         if axis is None:
             raise ValueError(f"{self.names[0]!r} has no head axis (axes {', '.join(self.axes)}); "
                              "patch heads of attn.mix, attn.head_out, attn.softmax, attn.q, ...")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..nn import causal_mask
 from . import colors
-from .registry import _head_axis
+from .registry import head_axis
 
 # Axis letters as words, for the labels (the shape legend of glassllm.trace).
 AXIS_NAMES = {"n": "position", "m": "key position", "H": "query head", "G": "key/value head",
@@ -46,7 +46,7 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     values = trace.grad(full, head=head, step=step) if grad else trace.get(full, head=head, step=step)
     axes = list(trace.axes[full])
     if head is not None:
-        axes.pop(_head_axis(full, trace.axes[full]))
+        axes.pop(head_axis(trace.axes[full]))
     if values.ndim == 1:                                  # (n,), e.g. a norm's rms: one column, as the inspector shows it
         values, axes = values[:, None], [*axes, None]
     if values.ndim != 2:

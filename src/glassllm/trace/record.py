@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import ModelConfig
-from .registry import _head_axis, _index, _resolve, axis_sizes
+from .files import manifest_of, read_trace_file, save_trace
+from .registry import axis_sizes, check_index, head_axis, registry, resolve
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Trace:
 
     def name(self, name: str, layer=None) -> str:
         """The full name of ``name`` (with ``layer`` for a layer-local name); ValueError if unknown."""
-        found = _resolve(name, self.axes, layer)
+        found = resolve(name, self.axes, layer)
         if len(found) != 1:
             raise ValueError(f"{name!r} matches {len(found)} snapshots ({found[0]}, ...); "
                              f"pass layer= or a full name")
@@ -149,10 +150,10 @@ class Trace:
             raise ValueError(f"{full!r} was not recorded at step {s.index}")
         out = store[full]
         if head is not None:
-            axis = _head_axis(full, self.axes[full])
+            axis = head_axis(self.axes[full])
             if axis is None:
                 raise ValueError(f"{full!r} has no head axis (axes {', '.join(self.axes[full])})")
-            out = out.take(_index(head, "head", out.shape[axis]), axis=axis)
+            out = out.take(check_index(head, "head", out.shape[axis]), axis=axis)
             out.flags.writeable = False                                  # read-only, as every other read
         return out
 
@@ -186,8 +187,6 @@ class Trace:
     # -- export ----------------------------------------------------------------
     def manifest(self) -> dict:
         """The JSON description stored in a trace file (see :mod:`glassllm.trace.files`)."""
-        from .files import manifest_of
-
         return manifest_of(self)
 
     def save(self, path) -> None:
@@ -195,6 +194,21 @@ class Trace:
 
         Array members: ``values/{step}/{name}.npy`` and ``grads/{step}/{name}.npy``.
         """
-        from .files import save_trace
-
         save_trace(self, path)
+
+
+def load_trace(path) -> Trace:
+    """Read a trace file written by :meth:`Trace.save`; every field and array is checked.
+
+    Raises ValueError (one line, naming the file) for anything malformed.
+    """
+    manifest, arrays = read_trace_file(path)
+    config = ModelConfig.from_dict(manifest["config"])
+    steps = []
+    for i, (s, (values, grads)) in enumerate(zip(manifest["steps"], arrays)):
+        steps.append(Step(i, s["n"], s["m"], s["start"], np.array(s["tokens"], dtype=np.int64),
+                          values=values, grads=grads, pad=s.get("pad", 0)))
+    trace = Trace(config, registry(config), manifest["names"], steps, manifest["batch"], manifest["dtype"],
+                  manifest["interventions"])
+    trace.loss = manifest.get("loss")
+    return trace

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ModelConfig
+from ..files import atomic_write
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
 MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
@@ -74,7 +75,7 @@ def snapshot_shape(name: str, config=None, n: int = 1, m: int | None = None) -> 
     if name not in axes:
         raise ValueError(f"no snapshot is named {name!r}; names are {_summary(axes)}")
     m = n if m is None else m
-    n, m = _index(n, "n"), _index(m, "m")
+    n, m = check_index(n, "n"), check_index(m, "m")
     if not 1 <= n <= m:
         raise ValueError(f"need 1 <= n <= m (n new queries read m keys, the cached ones included), got n={n}, m={m}")
     sizes = axis_sizes(config, n, m)
@@ -89,7 +90,7 @@ def _summary(axes) -> str:
     return ", ".join(seen)
 
 
-def _resolve(pattern, axes: dict, layer=None) -> list[str]:
+def resolve(pattern, axes: dict, layer=None) -> list[str]:
     """Registry names matched by one pattern, in forward order.
 
     A pattern is a full name (``layers.2.attn.softmax``), a glob
@@ -102,7 +103,7 @@ def _resolve(pattern, axes: dict, layer=None) -> list[str]:
         return [pattern]
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
-        layer = _layer(layer, n_layers)
+        layer = check_layer(layer, n_layers)
         if not pattern.startswith("layers."):
             pattern = f"layers.{layer}.{pattern}"
         elif not pattern.startswith(f"layers.{layer}."):
@@ -119,7 +120,9 @@ def _resolve(pattern, axes: dict, layer=None) -> list[str]:
     return found
 
 
-def _resolve_all(patterns, axes: dict) -> list[str]:
+def resolve_all(patterns, axes: dict) -> list[str]:
+    """Registry names matched by any of ``patterns`` (a str or a list of them, as for
+    :func:`resolve`), each once, in forward order."""
     if isinstance(patterns, str):
         patterns = [patterns]
     if isinstance(patterns, (bytes, dict)) or not isinstance(patterns, (list, tuple, set, frozenset)):
@@ -127,18 +130,21 @@ def _resolve_all(patterns, axes: dict) -> list[str]:
     patterns = list(patterns)
     chosen = set()
     for p in patterns:
-        chosen.update(_resolve(p, axes))
+        chosen.update(resolve(p, axes))
     return [k for k in axes if k in chosen]
 
 
-def _head_axis(name: str, axes: tuple) -> int | None:
+def head_axis(axes: tuple) -> int | None:
+    """The position of the head axis (H for query heads, G for key/value heads) in a
+    snapshot's ``axes``, or None if it has none."""
     for letter in ("H", "G"):
         if letter in axes:
             return axes.index(letter)
     return None
 
 
-def _storage_dtype(dtype):
+def storage_dtype(dtype) -> np.dtype | None:
+    """``dtype`` as one of :data:`STORAGE_DTYPES` (None: keep the model's); raises otherwise."""
     if dtype is None:
         return None
     try:
@@ -150,8 +156,9 @@ def _storage_dtype(dtype):
     return dt
 
 
-def _index(value, what: str, size: int | None = None) -> int:
-    """``value`` as an index in [0, size); with ``size``, negative values count from the end, as in Python."""
+def check_index(value, what: str, size: int | None = None) -> int:
+    """``value`` as an int index in [0, size); with ``size``, negative values count from the end, as in
+    Python. ``what`` names it in the one-line error (``TypeError`` for a non-int, ``ValueError`` out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {value!r}")
     if size is not None and -size <= value < 0:
@@ -162,7 +169,7 @@ def _index(value, what: str, size: int | None = None) -> int:
     return int(value)
 
 
-def _layer(layer, n_layers: int) -> int:
+def check_layer(layer, n_layers: int) -> int:
     """A layer number in [0, n_layers); -1 is the last layer, as in Python."""
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
         raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
@@ -246,7 +253,6 @@ NAME_MAP_BEGIN = "<!-- BEGIN GENERATED NAME MAP: python -m glassllm.trace docs/s
 def write_snapshot_doc(path) -> None:
     """Replace the generated blocks of ``path`` (between the markers): :func:`snapshot_table`, and
     :func:`glassllm.trace.names.name_map_table` when the page has its markers."""
-    from ..checkpoint import atomic_write
     from .names import name_map_table
 
     text = Path(path).read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from .. import autograd as ag
 from ..autograd import Tensor
 from .interventions import Intervention
 from .record import Step, Trace
-from .registry import _index, _resolve_all, _storage_dtype, registry
+from .registry import check_index, registry, resolve_all, storage_dtype
 
 # Snapshots that are views into buffers the model later overwrites (the KV
 # cache's arrays, when a cache is rewound or reused): always stored as copies.
@@ -54,9 +54,9 @@ class Tracer:
         self.model = model
         self.config = model.config
         self.axes = registry(model)
-        self.selected = set(self.axes) if names is None else set(_resolve_all(names, self.axes))
-        self.batch = _index(batch, "batch")
-        self.dtype = _storage_dtype(dtype)
+        self.selected = set(self.axes) if names is None else set(resolve_all(names, self.axes))
+        self.batch = check_index(batch, "batch")
+        self.dtype = storage_dtype(dtype)
         if isinstance(interventions, Intervention):
             interventions = [interventions]
         self.interventions = list(interventions)

@@ -54,16 +54,33 @@
     async get(kind, body) { return fetchJSON("POST", "api/" + kind, body); },
   };
 
+  // A busy server (503) or too many requests from this browser (429) says when to come back:
+  // the page says "busy, retrying", waits that long and asks again.
+  const RETRIES = 10;
+  function busyNote(text) {
+    let note = $("busy-line");
+    if (!note) { note = el("p", {id: "busy-line", class: "muted small", role: "status"}); $("model-line").after(note); }
+    note.textContent = text;
+    note.hidden = !text;
+  }
+
   async function fetchJSON(method, url, body) {
     let r;
-    try {
-      r = await fetch(url, {
-        method, headers: body ? {"Content-Type": "application/json"} : {},
-        body: body ? JSON.stringify(body) : undefined,
-      });
-    } catch (e) {                      // no answer at all: the server process is gone
-      throw new Error("the inspector's server is not answering (was it stopped?); start `glassllm inspect` again");
+    for (let attempt = 0; ; attempt++) {
+      try {
+        r = await fetch(url, {
+          method, headers: body ? {"Content-Type": "application/json"} : {},
+          body: body ? JSON.stringify(body) : undefined,
+        });
+      } catch (e) {                    // no answer at all: the server process is gone
+        throw new Error("the inspector's server is not answering (was it stopped?); start `glassllm inspect` again");
+      }
+      if ((r.status !== 503 && r.status !== 429) || attempt >= RETRIES) break;
+      const wait = Math.min(30, Math.max(1, Number(r.headers.get("Retry-After")) || 1));
+      busyNote(`busy, retrying in ${wait} s…`);
+      await new Promise((res) => setTimeout(res, wait * 1000));
     }
+    busyNote("");
     let data;
     try { data = await r.json(); } catch (e) { throw new Error(`server answered ${r.status} without JSON`); }
     if (!r.ok) throw new Error(data.error || `server answered ${r.status}`);

@@ -24,7 +24,9 @@ import os
 import sys
 import threading
 
-__all__ = ["add_cli", "DEFAULT_PROMPT", "DEFAULT_PORT"]
+from . import load_model_option
+
+__all__ = ["add_cli", "run", "load_inspected", "DEFAULT_PROMPT", "DEFAULT_PORT"]
 
 DEFAULT_PROMPT = "Once upon a time there was a little dog"
 DEFAULT_PORT = 8765
@@ -48,6 +50,16 @@ def add_cli(name: str, parser) -> None:
                              "none on loopback)")
     parser.add_argument("--no-token", action="store_true",
                         help="serve a non-loopback --host without a token: anyone who can reach the port may use it")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="threads that run the model (default: one per core)")
+    parser.add_argument("--queue", type=int, default=32, metavar="N",
+                        help="requests that may wait for a worker; beyond, 503 and Retry-After (default: 32)")
+    parser.add_argument("--rate-limit", type=float, default=20.0, metavar="R",
+                        help="requests per second one client address may send, on average; beyond, 429 (default: 20)")
+    parser.add_argument("--rate-burst", type=int, default=60, metavar="N",
+                        help="requests one client address may send at once before --rate-limit applies (default: 60)")
+    parser.add_argument("--cache-mb", type=float, default=512, metavar="MB",
+                        help="memory for traced prompts, least recently used dropped first (default: 512)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="another name clients may use to reach this server (a DNS name, a proxy); repeatable")
     parser.add_argument("--html", metavar="FILE", default=None,
@@ -61,14 +73,14 @@ def add_cli(name: str, parser) -> None:
                         help="most decoding steps a request may ask for (default: 64)")
     parser.add_argument("--max-cells", type=int, default=1 << 19, metavar="N",
                         help=f"most values in one snapshot response (default: {1 << 19:,})")
-    parser.set_defaults(func=_cli)
+    parser.set_defaults(func=run)
 
 
-def _load(path, run=None):
+def load_inspected(path, run=None):
     """(model, tokenizer, meta, timeline or None) from --model FILE, --run DIR, or the bundled model."""
     from pathlib import Path
 
-    from ..checkpoint import bundled_model_path, load_model
+    from .. import checkpoint
     from ..timeline import load_timeline, timeline_path_for
 
     if run is not None:
@@ -82,26 +94,23 @@ def _load(path, run=None):
             raise ValueError(f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint")
         if not timeline_path_for(folder).is_file():
             raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
+    model, tokenizer, meta = load_model_option(path)
     if path is None:
-        path = bundled_model_path()
-        if not path.exists():
-            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
-                             "from this installation")
-    model, tokenizer, meta = load_model(path)
+        path = checkpoint.bundled_model_path()
     beside = timeline_path_for(Path(run) if run is not None else Path(path))
     return model, tokenizer, meta, load_timeline(beside) if beside.is_file() else None
 
 
-def _cli(args) -> int:
+def run(args) -> int:
     try:
         import fastapi  # noqa: F401
         import pydantic  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
-    from .auth import check_token_text
-    from .data import Inspector
-    from .schema import Limits
+    from ..inspector.auth import check_token_text
+    from ..inspector.data import Inspector
+    from ..inspector.schema import Limits
 
     for flag in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
         if getattr(args, flag) < 1:
@@ -116,6 +125,16 @@ def _cli(args) -> int:
         if served:
             raise ValueError(f"{' and '.join(served)} {'apply' if len(served) > 1 else 'applies'} only to the server; "
                              "--html writes a file and serves nothing")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.queue < 0:
+        raise ValueError(f"--queue must be >= 0, got {args.queue}")
+    if not (args.rate_limit > 0 and args.rate_limit != float("inf")):
+        raise ValueError(f"--rate-limit must be a number of requests per second > 0, got {args.rate_limit}")
+    if args.rate_burst < 1:
+        raise ValueError(f"--rate-burst must be >= 1, got {args.rate_burst}")
+    if not args.cache_mb >= 0 or args.cache_mb == float("inf"):
+        raise ValueError(f"--cache-mb must be a number of MB >= 0, got {args.cache_mb}")
     if args.token is not None and args.no_token:
         raise ValueError("--token and --no-token contradict each other: give one")
     if args.token is not None:
@@ -127,14 +146,14 @@ def _cli(args) -> int:
     prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
     if prompt == "":
         raise ValueError("prompt is empty: give at least one character")
-    model, tokenizer, meta, timeline = _load(args.model, args.run)
+    model, tokenizer, meta, timeline = load_inspected(args.model, args.run)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
-    inspector = Inspector(model, tokenizer, limits, meta, timeline=timeline)
+    inspector = Inspector(model, tokenizer, limits, meta, cache_mb=args.cache_mb, timeline=timeline)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
-        from ..checkpoint import read_head, refuse_to_replace
-        from .export import export_html
+        from ..files import read_head, refuse_to_replace
+        from ..inspector.export import export_html
 
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
@@ -152,13 +171,21 @@ def _cli(args) -> int:
 
 
 def _serve(inspector, prompt: str, args) -> int:
-    from .auth import Access, lan_addresses, new_token, own_hosts
-    from .server import PortInUse, Server, create_app, is_loopback
+    from ..inspector.auth import Access, lan_addresses, new_token, own_hosts
+    from ..inspector.server import PortInUse, Server, create_app, is_loopback
 
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
-    app = create_app(inspector, prompt=prompt, access=access, tab="training" if args.run else None)
+    from threadpoolctl import threadpool_limits
+
+    from ..inspector.pool import RateLimiter, WorkPool
+
+    # Parallelism comes from the pool's workers, one core each: BLAS threads on top of them would
+    # oversubscribe the cores (and OpenBLAS's spinning threads slow to a crawl on a busy machine).
+    threadpool_limits(1)
+    app = create_app(inspector, prompt=prompt, access=access, tab="training" if args.run else None,
+                     pool=WorkPool(args.workers, args.queue), limiter=RateLimiter(args.rate_limit, args.rate_burst))
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
     for i, port in enumerate(ports):

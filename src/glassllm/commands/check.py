@@ -12,7 +12,9 @@ is exit code 2, like every other command's bad input.
 
 from __future__ import annotations
 
-__all__ = ["add_cli"]
+from .. import exercises as ex
+
+__all__ = ["add_cli", "run"]
 
 
 def add_cli(name: str, parser) -> None:
@@ -20,28 +22,26 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("file", nargs="?", metavar="FILE", help="your Python file defining the function")
     parser.add_argument("--stub", action="store_true", help="print the exercise's stub file to fill in")
     parser.add_argument("--list", action="store_true", help="list the exercises")
-    parser.set_defaults(func=_cli)
+    parser.set_defaults(func=run)
 
 
-def _cli(args) -> int:
-    from . import EXERCISES, check, exercise, stub
-
+def run(args) -> int:
     if args.list:
-        for ex in EXERCISES.values():
-            print(f"{ex.name:<18} {ex.title}")
+        for one in ex.EXERCISES.values():
+            print(f"{one.name:<18} {one.title}")
         return 0
     if args.exercise is None:
-        raise ValueError(f"name an exercise: {', '.join(EXERCISES)} (or --list)")
-    exercise(args.exercise)
+        raise ValueError(f"name an exercise: {', '.join(ex.EXERCISES)} (or --list)")
+    ex.exercise(args.exercise)
     if args.stub:
         if args.file is not None:
             raise ValueError("--stub prints the stub; redirect it to a file instead of naming one "
                              f"(glassllm check {args.exercise} --stub > {args.exercise}.py)")
-        print(stub(args.exercise), end="")
+        print(ex.stub(args.exercise), end="")
         return 0
     if args.file is None:
         raise ValueError(f"name the file to check: glassllm check {args.exercise} FILE "
                          f"(start from: glassllm check {args.exercise} --stub)")
-    result = check(args.exercise, args.file)
+    result = ex.check(args.exercise, args.file)
     print(result.message)
     return 0 if result.passed else 1

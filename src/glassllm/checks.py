@@ -1,0 +1,90 @@
+"""Bad parameters, at the ground floor: the error a library function raises for one, and type tests.
+
+A function that refuses a value of one of its parameters raises
+:class:`ParameterError` (a ``ValueError``), or :class:`ParameterTypeError`
+(both a ``ValueError`` and a ``TypeError``) for a value of the wrong type. The
+error carries the parameter's name, so that a caller who knows the parameter
+by another name can say the same thing in its own words: the ``glassllm``
+command shows ``--top-k must be in [1, 1024] (the vocabulary), got 0`` where
+the library says ``top_k must be in [1, 1024] (the vocabulary) or None, got 0``
+(:mod:`glassllm.commands` maps names to options, in one place).
+
+>>> e = ParameterError("top_k", "must be in [1, 1024], got 0", api_problem="must be in [1, 1024] or None, got 0")
+>>> str(e), e.param, e.as_option("--top-k")
+('top_k must be in [1, 1024] or None, got 0', 'top_k', '--top-k must be in [1, 1024], got 0')
+>>> str(ParameterError("dim", "must be >= 1, got 0", owner="ModelConfig"))
+'ModelConfig.dim must be >= 1, got 0'
+>>> e = ParameterError("short_seq_len", "must be below {seq_len} (256), got 300", refs=("seq_len",))
+>>> str(e), e.as_option("--short-seq-len", lambda name: "--" + name.replace("_", "-"))
+('short_seq_len must be below seq_len (256), got 300', '--short-seq-len must be below --seq-len (256), got 300')
+>>> str(ParameterError("lr", "=1e+308 is too large"))
+'lr=1e+308 is too large'
+
+This module imports nothing from glassllm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ParameterError", "ParameterTypeError", "is_int", "is_number"]
+
+
+class ParameterError(ValueError):
+    """A bad value for one named parameter.
+
+    ``param``   the parameter's name as the function or config spells it (``"top_k"``).
+    ``problem`` what is wrong with the value and what was expected, worded for any caller
+                (``"must be >= 1, got 0"``); the message is ``"{param} {problem}"`` (no space
+                when the problem starts with ``=``: ``"lr=1e+308 is too large"``).
+    ``owner``   the class whose field it is, if any (``"TrainConfig"``): the message then
+                starts ``"TrainConfig.seq_len"``.
+    ``api_problem``  the wording for Python callers when it differs, because the function also
+                accepts what a command-line option cannot give (``"... or None, got 0"``).
+    ``refs``    other parameters the problem names, as ``{name}`` fields of ``problem``: each
+                is shown as its name, or as a command line's option by :meth:`as_option`.
+    """
+
+    def __init__(self, param: str, problem: str, *, owner: str = "", api_problem: str | None = None,
+                 refs: tuple[str, ...] = ()):
+        self.param = param
+        self.problem = problem
+        self.owner = owner
+        self.refs = tuple(refs)
+        super().__init__(_join(f"{owner + '.' if owner else ''}{param}", self._named(api_problem or problem, str)))
+
+    def __reduce__(self):                       # picklable, like any exception
+        return _rebuild, (type(self), self.param, self.problem, self.owner, self.refs, self.args[0])
+
+    def as_option(self, option: str, option_of=None) -> str:
+        """The message, with the parameter called ``option`` (a command line's ``--top-k``), and
+        each parameter in ``refs`` called ``option_of(name)`` (default: its own name)."""
+        return _join(option, self._named(self.problem, option_of or str))
+
+    def _named(self, text: str, name_of) -> str:
+        return text.format_map({r: name_of(r) for r in self.refs}) if self.refs else text
+
+
+class ParameterTypeError(ParameterError, TypeError):
+    """A parameter of the wrong type. It is both a ``ValueError`` and a ``TypeError``,
+    so callers that catch ``ValueError`` for every bad parameter catch this too."""
+
+
+def _join(name: str, problem: str) -> str:
+    return f"{name}{'' if problem.startswith('=') else ' '}{problem}"
+
+
+def _rebuild(cls, param, problem, owner, refs, message):
+    e = cls(param, problem, owner=owner, refs=refs)
+    e.args = (message,)
+    return e
+
+
+def is_int(x) -> bool:
+    """Is ``x`` an integer (a Python or NumPy int, not a bool)?"""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_number(x) -> bool:
+    """Is ``x`` a real number (a Python or NumPy int or float, not a bool)?"""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))

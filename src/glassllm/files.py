@@ -1,0 +1,213 @@
+"""Files, at the ground floor: atomic writes, folders, and reading safetensors without torch.
+
+Every file glassllm writes goes through :func:`atomic_path` or :func:`atomic_write`:
+the data goes to a temporary file in the same folder, is flushed to disk and
+then renamed over the target (``os.replace`` is atomic on POSIX): a reader --
+or a process killed mid-save -- sees either the old file or the new one, never
+half. Every problem (a missing folder, a read-only disk, a full disk) is one
+``ValueError`` line naming the path.
+
+This module imports nothing from glassllm: the model file
+(:mod:`glassllm.checkpoint`), the tokenizer, traces, runs and exports all build on it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+import struct
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
+    "read_safetensors", "MAX_HEADER_BYTES",
+]
+
+MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
+
+
+@contextmanager
+def atomic_path(path):
+    """Yield a temporary path next to ``path``; on success rename it over ``path``.
+
+    If the block fails, the temporary file is removed and ``path`` is left as
+    it was; an ``OSError`` (a full disk, say) becomes one ``ValueError`` line
+    naming ``path``.
+
+    >>> with atomic_path("out.bin") as tmp:   # doctest: +SKIP
+    ...     np.save(tmp, array)
+    """
+    if not str(path).strip():
+        raise ValueError("cannot write '': empty path; name a file")
+    path = Path(path)
+    if path.exists() and not path.is_file():   # (exists and is_file follow symbolic links)
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, a pipe or a socket)"
+        raise ValueError(f"cannot write {str(path)!r}: it is {kind}")
+    if path.is_symlink():                      # write the file the link names; the link stays a link
+        path = Path(os.path.realpath(path))
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {str(path)!r}: folder {str(folder)!r} does not exist")
+    try:
+        # The OS decides what is writable (os.access would not see a read-only file system as root).
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
+    os.close(fd)
+    # mkstemp makes 0600: a replaced file keeps its own permissions, a new one gets ordinary ones
+    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask())
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, OSError):  # a full disk, a quota, a file size limit: one line, the target kept
+            raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
+        raise
+
+
+def make_folder(path) -> Path:
+    """Create the folder ``path`` and its parents if needed; a ``ValueError`` line if the OS refuses."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"cannot create folder {str(path)!r}: a file of that name is in the way") from None
+    except OSError as e:
+        parent = next((p for p in path.parents if p.exists()), Path("."))
+        raise ValueError(f"cannot create folder {str(path)!r}: {_why(e, parent)}") from None
+    return path
+
+
+def _why(e: OSError, folder: Path) -> str:
+    """The reason an OSError gives, in words: a refused folder is named as not writable."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"folder {str(folder)!r} is not writable"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"no room: the disk is full or a size limit was reached ({e.strerror})"
+    return e.strerror or str(e)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def refuse_to_replace(path, what: str, kind: str, is_kind, inputs=()) -> None:
+    """Before a command writes ``path``: a ValueError if it is one of the command's ``inputs``, or an existing
+    file that is not a ``kind`` (``is_kind(path)`` is False) -- a typo must not destroy a model or the training
+    text. A file of the same kind is replaced (running a command again is normal). ``what`` names the
+    option, e.g. ``"--out"``."""
+    p = Path(path)
+    if not p.exists():
+        return
+    for source in inputs:
+        if source is not None and Path(source).exists() and os.path.samefile(p, source):
+            raise ValueError(f"{what} {str(p)!r} is also this command's input: writing it would destroy it; "
+                             "choose another file")
+    if p.is_file() and p.stat().st_size and not is_kind(p):
+        raise ValueError(f"{what} {str(p)!r} already exists and is not {kind}: not replacing it; choose another "
+                         "file, or remove it first")
+
+
+def read_head(path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of the file ``path``."""
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def atomic_write(path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as e:
+        raise ValueError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- safetensors, read without torch ------------------------------------------------
+
+def starts_like_safetensors(head: bytes) -> bool:
+    """Do these first 9 bytes open a safetensors file: a plausible header length (8 bytes,
+    little-endian), then the header's ``{``?"""
+    return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
+
+
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
+
+
+def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
+
+    Read with the standard library and NumPy only (no torch, never a pickle): F32 and F64 keep their
+    type, F16 and BF16 are widened to float32 exactly. A malformed header or a tensor whose offsets do
+    not fit the file is one ``ValueError`` line naming the file.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
+        if not isinstance(header, dict):
+            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+        header.pop("__metadata__", None)
+        out = {}
+        for name, info in header.items():
+            if wanted is not None and name not in wanted:
+                continue
+            dtype = info.get("dtype") if isinstance(info, dict) else None
+            if dtype not in _ST_DTYPES:
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
+            shape = tuple(info["shape"])
+            lo, hi = info["data_offsets"]
+            item = np.dtype(_ST_DTYPES[dtype]).itemsize
+            if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
+            f.seek(8 + n + lo)
+            raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
+            if dtype == "BF16":  # bfloat16 is the top half of a float32
+                arr = (raw.astype(np.uint32) << 16).view(np.float32)
+            elif dtype == "F16":
+                arr = raw.astype(np.float32)
+            else:
+                arr = raw.astype(raw.dtype.newbyteorder("="))
+            out[name] = arr.reshape(shape)
+    return out

@@ -1,0 +1,276 @@
+"""The import graph of ``src/glassllm`` keeps its layers (the table in DEVELOPING.md).
+
+Each module belongs to one layer of the table under "Layers" in DEVELOPING.md,
+the one place the layers are written down. A small AST walk over every module
+(imports inside functions included) checks that:
+
+- every module is in the table (a new module must be placed);
+- no import runs from a lower layer to a higher one;
+- there is no import circle, inside a layer either;
+- no module imports another module's underscore names, nor reads them off an
+  imported module (``from .registry import _index``, ``checkpoint._why``):
+  what modules share is public and documented;
+- option parsing and ``sys.argv`` live only in the top layer (the commands).
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "glassllm"
+DEVELOPING = ROOT / "DEVELOPING.md"
+TABLE_BEGIN = "<!-- BEGIN LAYERS: read by tests/test_architecture.py -->"
+TABLE_END = "<!-- END LAYERS -->"
+
+# Exceptions to the rules below, each of which must still occur so that the lists only shrink: none.
+KNOWN_PRIVATE: set[tuple[str, str]] = set()
+KNOWN_COMMAND_LINE: set[str] = set()
+KNOWN_UP: set[tuple[str, str]] = set()
+# Calls that open the application from below, looked up when called (importlib) so that importing the lower
+# module imports nothing above it: glassllm.show(prompt) and Trace.show() put the inspector in a notebook.
+CONVENIENCE_UP = {("glassllm", "glassllm.inspector.notebook"), ("glassllm.trace.record", "glassllm.inspector.notebook")}
+
+
+def layer_table() -> dict[str, int]:
+    """Module (dotted, without ``glassllm.``; ``__init__`` is the package itself) -> layer number."""
+    text = DEVELOPING.read_text(encoding="utf-8")
+    assert TABLE_BEGIN in text and TABLE_END in text, f"DEVELOPING.md lacks the layer table markers {TABLE_BEGIN!r}"
+    table = text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
+    layers = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0][:1].isdigit():
+            continue                                                      # the header and its rule
+        number = int(cells[0].split()[0])
+        for name in re.findall(r"`([\w.]+)`", cells[1]):
+            assert name not in layers, f"{name} is in two layers of DEVELOPING.md's table"
+            layers[name] = number
+    assert layers, "DEVELOPING.md's layer table is empty"
+    return layers
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str, table: dict[str, int]) -> int | None:
+    """The layer of the longest table entry that is ``module`` or a package holding it."""
+    if module == "glassllm":
+        return table.get("__init__")
+    parts = module.split(".")[1:]
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in table:
+            return table[key]
+    return None
+
+
+def imports_of(module: str) -> list[tuple[str, str | None, int]]:
+    """Every glassllm import of ``module``: (imported module, imported name or None, line)."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            source = _source(module, node)
+            if source.split(".")[0] != "glassllm":
+                continue
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                if sub in MODULES:                                        # from . import checkpoint
+                    found.append((sub, None, node.lineno))
+                else:                                                     # from .checkpoint import load_model
+                    found.append((source, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.split(".")[0] == "glassllm"]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and node.args[0].value.startswith("glassllm.")):        # importlib.import_module("glassllm.x")
+            found.append((node.args[0].value, None, node.lineno))
+    return found
+
+
+def _source(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in ``module`` reads from."""
+    if not node.level:
+        return node.module or ""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def private_uses(module: str) -> list[tuple[str, int]]:
+    """``module.name`` for every underscore name ``module`` takes from another glassllm module."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    uses, bound = [], {}
+    for source, name, line in imports_of(module):
+        if name is not None and source != module and _private(name):
+            uses.append((f"{source}.{name}", line))
+    for node in ast.walk(tree):                                           # names bound to glassllm modules
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                target = _bound_module(module, node, alias)
+                if target is not None:
+                    bound[alias.asname or alias.name.split(".")[0]] = target
+    for node in ast.walk(tree):                                           # ... and underscore names read off them
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                and _private(node.attr) and bound[node.value.id] != module):
+            uses.append((f"{bound[node.value.id]}.{node.attr}", node.lineno))
+    return uses
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _bound_module(module: str, node, alias) -> str | None:
+    """The glassllm module an import binds to a name (``import glassllm.nn as nn``, ``from . import nn``)."""
+    if isinstance(node, ast.Import):
+        return alias.name if alias.asname and alias.name in MODULES else None
+    sub = f"{_source(module, node)}.{alias.name}"
+    return sub if sub in MODULES else None
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports (a call looked up when called, CONVENIENCE_UP, is no import)."""
+    return {m: {s for s, _, _ in imports_of(m) if s in MODULES and s != m and (m, s) not in CONVENIENCE_UP}
+            for m in MODULES}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# The rules
+# ----------------------------------------------------------------------------
+
+def test_every_module_has_a_layer():
+    table = layer_table()
+    missing = [m for m in MODULES if layer_of(m, table) is None]
+    assert not missing, f"{missing} are in no layer: add them to the table in DEVELOPING.md"
+
+
+def test_no_import_runs_up_a_layer():
+    table = layer_table()
+    up = {(m, s): f"{m} (layer {layer_of(m, table)}) imports {s} (layer {layer_of(s, table)}) on line {line}"
+          for m in MODULES for s, _, line in imports_of(m)
+          if s in MODULES and layer_of(s, table) > layer_of(m, table)}
+    new = [up[k] for k in sorted(set(up) - KNOWN_UP - CONVENIENCE_UP)]
+    assert not new, "imports from a lower layer to a higher one:\n" + "\n".join(new)
+    gone = sorted((KNOWN_UP | CONVENIENCE_UP) - set(up))
+    assert not gone, f"{gone} no longer occur: remove them from KNOWN_UP or CONVENIENCE_UP"
+
+
+def test_no_import_circles():
+    found = cycles(graph())
+    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_takes_another_modules_underscore_names():
+    found = {(m, name) for m in MODULES for name, _ in private_uses(m)}
+    new = sorted(found - KNOWN_PRIVATE)
+    assert not new, ("underscore names used across modules (make them public and documented):\n"
+                     + "\n".join(f"{m} uses {name}" for m, name in new))
+    gone = sorted(KNOWN_PRIVATE - found)
+    assert not gone, f"{gone} no longer occur: remove them from KNOWN_PRIVATE"
+
+
+def test_the_command_line_lives_in_the_top_layer():
+    table = layer_table()
+    top = max(table.values())
+    found = set()
+    for m, path in MODULES.items():
+        if layer_of(m, table) == top:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        argv = any(isinstance(n, ast.Attribute) and n.attr == "argv" and isinstance(n.value, ast.Name)
+                   and n.value.id == "sys" for n in ast.walk(tree))
+        parses = any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+            a.name == "argparse" for a in n.names) or (isinstance(n, ast.ImportFrom) and n.module == "argparse")
+            for n in ast.walk(tree))
+        defines = any(isinstance(n, ast.FunctionDef) and n.name == "add_cli" for n in tree.body)
+        if argv or parses or defines:
+            found.add(m)
+    new = sorted(found - KNOWN_COMMAND_LINE)
+    assert not new, f"{new} read sys.argv, parse options or define add_cli: that belongs in glassllm.commands"
+    gone = sorted(KNOWN_COMMAND_LINE - found)
+    assert not gone, f"{gone} hold no command line any more: remove them from KNOWN_COMMAND_LINE"
+
+
+# ----------------------------------------------------------------------------
+# The checker itself catches what it must (on made-up graphs and files)
+# ----------------------------------------------------------------------------
+
+def test_cycles_are_found_and_a_tree_has_none():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_layer_of_a_submodule_is_its_packages_unless_listed():
+    table = {"__init__": 0, "trace": 3, "torch": 2, "torch.train_ddp": 4}
+    assert layer_of("glassllm", table) == 0
+    assert layer_of("glassllm.trace.registry", table) == 3
+    assert layer_of("glassllm.torch.model", table) == 2 and layer_of("glassllm.torch.train_ddp", table) == 4
+    assert layer_of("glassllm.unknown", table) is None
+
+
+def test_underscore_names_are_found_however_they_are_reached(tmp_path, monkeypatch):
+    files = {
+        "a": "from .b import _hidden, shown\nfrom . import b\nfrom . import c as see\n"
+             "x = b._also + see._too + see.__name__\n",
+        "b": "_hidden = _also = shown = 1\n",
+        "c": "_too = 2\nfrom .c import _mine\n",
+    }
+    fake = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        fake[f"glassllm.{name}"] = path
+    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+    assert sorted(n for n, _ in private_uses("glassllm.a")) == ["glassllm.b._also", "glassllm.b._hidden",
+                                                                "glassllm.c._too"]
+    assert private_uses("glassllm.c") == []                               # a module's own names are its own
+
+
+@pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "hf"])
+def test_doctests_of_the_shared_modules(module):
+    assert doctest.testmod(importlib.import_module(f"glassllm.{module}")).failed == 0
