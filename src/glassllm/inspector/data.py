@@ -227,8 +227,7 @@ class Inspector:
         from ..trace import lens_top
 
         ids = self.encode(req.prompt)
-        with self._lock:
-            top, prob = lens_top(self.model, ids)
+        top, prob = lens_top(self._replica(), ids)                      # this thread's copy of the model
         rows = np.asarray(top).tolist()                                  # (L+1, n) token ids
         return {"streams": list(top.labels[0]), "pieces": [self._vocab[i] for i in ids], "top": rows,
                 "top_pieces": [[self._vocab[i] for i in row] for row in rows],
@@ -246,8 +245,7 @@ class Inspector:
             raise ValueError(f"position {position} is out of range: the prompt has positions 0..{n - 1}")
         if req.token is not None and req.token >= V:
             raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
-        with self._lock:
-            bars = direct_attribution(self.model, ids, position, req.token)
+        bars = direct_attribution(self._replica(), ids, position, req.token)
         token = bars.baseline["token"]
         return {"labels": bars.labels[0], "values": np.asarray(bars, dtype=np.float64).tolist(),
                 "total": bars.baseline["total"], "token": token, "piece": self._vocab[token],
