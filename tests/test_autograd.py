@@ -504,6 +504,30 @@ def test_no_grad_records_nothing():
         w.sum().backward()
 
 
+def test_no_grad_is_per_thread():
+    """One thread decoding under no_grad() must not stop another from recording its graph (as in PyTorch)."""
+    import threading
+
+    inside, done = threading.Event(), threading.Event()
+
+    def decode():
+        with no_grad():
+            inside.set()
+            done.wait(10)
+
+    t = threading.Thread(target=decode)
+    t.start()
+    inside.wait(10)
+    try:
+        assert ag.is_grad_enabled()
+        x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+        (x * x).sum().backward()
+        np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+    finally:
+        done.set()
+        t.join()
+
+
 def test_no_grad_restores_mode_after_an_error():
     with pytest.raises(RuntimeError):
         with no_grad():

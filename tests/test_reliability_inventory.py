@@ -668,3 +668,19 @@ def test_doc_table_matches_the_inventory():
                                               "the inventory", lineterm="", n=0))
         pytest.fail("docs/reliability.md's table differs from the inventory; regenerate it with "
                     f"`python tools/reliability_report.py --table`:\n{diff}")
+
+
+def test_the_classroom_figures_are_the_load_tests_results():
+    """docs/reliability.md's classroom figures are rendered from bench/results/classroom.json, unedited."""
+    import importlib.util
+
+    path = ROOT / "tools" / "reliability_report.py"
+    spec = importlib.util.spec_from_file_location("reliability_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    results = json.loads(report.CLASSROOM.read_text(encoding="utf-8"))
+    text = DOC.read_text(encoding="utf-8")
+    got = text.split(report.CLASSROOM_BEGIN, 1)[1].split(report.CLASSROOM_END, 1)[0].strip("\n") + "\n"
+    assert got == report.classroom_markdown(results), (
+        "docs/reliability.md's classroom figures differ from bench/results/classroom.json; "
+        "regenerate them with `python tools/reliability_report.py --classroom`")

@@ -47,7 +47,7 @@ EXPECTED = {
     "attn.rope_q": (4, "n", 32), "attn.rope_k": (2, "n", 32),
     "attn.cache_k": (2, "m", 32), "attn.cache_v": (2, "m", 32),
     "attn.scores": (4, "n", "m"), "attn.mask": ("n", "m"), "attn.softmax": (4, "n", "m"),
-    "attn.mix": (4, "n", 32), "attn.out": ("n", 128),
+    "attn.mix": (4, "n", 32), "attn.head_out": (4, "n", 128), "attn.out": ("n", 128),
     "mlp.gate": ("n", 352), "mlp.up": ("n", 352), "mlp.act": ("n", 352), "mlp.prod": ("n", 352),
     "mlp.out": ("n", 128),
     "norm.in": ("n", 128), "norm.rms": ("n",), "norm.out": ("n", 128), "logits": ("n", 1024), "probs": ("n", 1024),
@@ -563,7 +563,7 @@ def test_name_filters_storage_dtype_and_batch_row(tiny_model):
     toks = np.stack([tokens_for(TINY, 5, seed=20), tokens_for(TINY, 5, seed=21)])
     t = trace(tiny_model, toks, "layers.1.attn.*", dtype=np.float16)
     assert t.names() == [f"layers.1.attn.{s}" for s in ("q", "k", "v", "rope_q", "rope_k", "cache_k", "cache_v",
-                                                       "scores", "mask", "softmax", "mix", "out")]
+                                                       "scores", "mask", "softmax", "mix", "head_out", "out")]
     assert t.get("layers.1.attn.q").dtype == np.float16 and t.get("layers.1.attn.mask").dtype == np.bool_
     row1 = trace(tiny_model, toks, batch=1)
     alone = trace(tiny_model, toks[1])
@@ -614,7 +614,7 @@ def test_trace_reading_errors(tiny_model):
         (lambda: t.get("layers.0.attn.out", head=0), "no head axis"),
         (lambda: t.get("attn.mask", layer=0, head=0), "no head axis"),
         (lambda: t.get("layers.0.attn.out", step=1), "step=1"),
-        (lambda: t.grad("layers.0.attn.out"), "backward"),
+        (lambda: t.grad("layers.0.attn.out"), "made without a loss; pass targets= to trace"),
     ]:
         with pytest.raises(ValueError, match=match):
             call()

@@ -262,6 +262,11 @@ class TorchLlama(torch.nn.Module):
         else:
             mix = gqa_attention(q, k, v, mask, capture, pa)                # (B, H, n, D)
         _keep(capture, pa + "mix", mix)
+        if capture is not None:
+            # Each head's share of the output: its slice of mix through its slice of W_O.
+            wo = a.wo.weight.view(-1, a.H, a.D).permute(1, 2, 0)            # (H, D, C)
+            head_out = _keep(capture, pa + "head_out", mix @ wo)           # (B, H, n, C)
+            return _keep(capture, pa + "out", head_out.sum(1))             # (B, n, C)
         heads = mix.transpose(1, 2).reshape(B, n, a.H * a.D)                # (B, n, H*D)
         return _keep(capture, pa + "out", F.linear(heads, a.wo.weight))    # (B, n, C)
 

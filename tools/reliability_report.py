@@ -4,6 +4,7 @@ Run from the repository root::
 
     python tools/reliability_report.py            # everything (~15 min on 2 busy cores)
     python tools/reliability_report.py --table    # only regenerate the inventory table in the doc
+    python tools/reliability_report.py --classroom  # only the classroom figures, from bench/results/classroom.json
 
 It runs the same code as the tests (``tests/test_reliability_*.py``), larger:
 
@@ -45,6 +46,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import test_reliability_inventory as inv  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "reliability.json"
+CLASSROOM = ROOT / "bench" / "results" / "classroom.json"
+CLASSROOM_BEGIN = "<!-- BEGIN CLASSROOM: python tools/reliability_report.py --classroom -->"
+CLASSROOM_END = "<!-- END CLASSROOM -->"
 FIGURES_BEGIN = "<!-- BEGIN FIGURES: python tools/reliability_report.py -->"
 FIGURES_END = "<!-- END FIGURES -->"
 
@@ -244,6 +248,39 @@ def figures_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def classroom_markdown(r: dict) -> str:
+    """The classroom load test's figures (``bench/bench_classroom.py``'s JSON) as the doc shows them."""
+    c, env = r["config"], r["environment"]
+    load = env.get("load_average_before", [None])[0]
+    lines = [f"`{r['command']}` on {env['machine']}, {env['cpu_count']} CPUs"
+             + (f" (load average {load:.1f} at the start: the machine was shared)" if load is not None else "")
+             + f"; JSON: `bench/results/classroom.json`. {c['students']} students for {c['duration_s']:.0f} s, "
+             f"{c['bad_students']} of them also sending bad or unauthenticated requests; prompts of "
+             f"{c['prompt_tokens']['min']}-{c['prompt_tokens']['max']} tokens; `--cache-mb {c['cache_mb']:g}`.", "",
+             "| action | count | p50 ms | p95 ms | max ms |", "|---|---:|---:|---:|---:|"]
+    rows = list(r["latency_by_action"].items()) + [(f"request: {k}", v) for k, v in r["latency_by_request"].items()]
+    for name, v in rows:
+        cells = [f"{v[k]:,.0f}" if v[k] is not None else "-" for k in ("p50_ms", "p95_ms", "max_ms")]
+        lines.append(f"| {name} | {v['count']:,} | " + " | ".join(cells) + " |")
+    u, m = r["unauthenticated"], r["rss_mb"]
+    lines += ["", f"{r['requests']:,} requests ({r['per_second']}/s): **{r['count_503']} answered 503** "
+                  f"({100 * r['share_503']:.2f}%), {r['count_429']} answered 429, {r['other_5xx']} other 5xx, "
+                  f"{r['transport_errors']} failed connections. Unauthenticated or cross-site requests: "
+                  f"{u['sent']} sent, **{len(u['let_in'])} let in**. Server memory: {m['start']} MB at the start, "
+                  f"**{m['peak']} MB at the peak**, against a cap of {m['cap']} MB (start + cache + "
+                  f"{c['allowance_mb']:g} MB for work in flight).", "",
+              "| target | met |", "|---|---|"]
+    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in r["checks"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_classroom(md: str) -> None:
+    text = inv.DOC.read_text(encoding="utf-8")
+    head, rest = text.split(CLASSROOM_BEGIN, 1)
+    _, tail = rest.split(CLASSROOM_END, 1)
+    inv.DOC.write_text(f"{head}{CLASSROOM_BEGIN}\n{md}{CLASSROOM_END}{tail}", encoding="utf-8")
+
+
 def write_figures(md: str) -> None:
     text = inv.DOC.read_text(encoding="utf-8")
     head, rest = text.split(FIGURES_BEGIN, 1)
@@ -254,6 +291,8 @@ def write_figures(md: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", action="store_true", help="only regenerate the inventory table in the doc")
+    parser.add_argument("--classroom", action="store_true",
+                        help="only rewrite the classroom figures from bench/results/classroom.json")
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--fuzz-examples", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=20)
@@ -261,6 +300,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    if args.classroom:
+        write_classroom(classroom_markdown(json.loads(CLASSROOM.read_text(encoding="utf-8"))))
+        return 0
     if args.table:
         figures, cases, outcomes = run_inventory(subprocesses=False)
         write_table(cases, outcomes)

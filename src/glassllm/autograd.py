@@ -29,6 +29,7 @@ G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
 from __future__ import annotations
 
 import builtins
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -48,23 +49,28 @@ __all__ = [
 # Grad mode
 # ----------------------------------------------------------------------------
 
-class _GradMode:
+class _GradMode(threading.local):
+    """Per thread, as PyTorch's: a thread decoding under no_grad() leaves another thread's graph alone."""
+
     enabled = True
 
 
+_GRAD_MODE = _GradMode()
+
+
 def is_grad_enabled() -> bool:
-    return _GradMode.enabled
+    return _GRAD_MODE.enabled
 
 
 @contextmanager
 def no_grad():
-    """Inside this block no graph is recorded (inference, evaluation, decoding)."""
-    previous = _GradMode.enabled
-    _GradMode.enabled = False
+    """Inside this block no graph is recorded by this thread (inference, evaluation, decoding)."""
+    previous = _GRAD_MODE.enabled
+    _GRAD_MODE.enabled = False
     try:
         yield
     finally:
-        _GradMode.enabled = previous
+        _GRAD_MODE.enabled = previous
 
 
 # ----------------------------------------------------------------------------
@@ -306,7 +312,7 @@ def make_op(data: np.ndarray, parents: tuple, backward) -> Tensor:
     :mod:`glassllm.kernels`.
     """
     out = Tensor(np.asarray(data))  # a full reduction gives a NumPy scalar; keep its dtype
-    if _GradMode.enabled and any(p.requires_grad for p in parents):
+    if _GRAD_MODE.enabled and any(p.requires_grad for p in parents):
         out.requires_grad = True
         out._parents = parents
         out._backward = backward

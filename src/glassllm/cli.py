@@ -27,8 +27,8 @@ PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
 COMMANDS = {
     "generate": ("glassllm.commands.generate", "write text with a model, token by token"),
     "inspect": ("glassllm.commands.inspect", "open the browser inspector on a prompt"),
-    "train": ("glassllm.train", "train a model (and its tokenizer) on text files"),
-    "eval": ("glassllm.train", "held-out loss, perplexity and bits per byte of a model"),
+    "train": ("glassllm.commands.train", "train a model (and its tokenizer) on text files"),
+    "eval": ("glassllm.commands.eval", "held-out loss, perplexity and bits per byte of a model"),
     "tokenize": ("glassllm.commands.tokenize", "train a tokenizer, or show how one splits text"),
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
     "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
@@ -69,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = ["glassllm", *argv]       # what was typed, for the records a command keeps
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

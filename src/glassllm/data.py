@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import atomic_path, make_folder
+from .files import atomic_path, make_folder
 from .tokenizer import EOT, folder_texts
 
 __all__ = [

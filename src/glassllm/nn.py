@@ -347,7 +347,8 @@ class Attention(Module):
     ``rope_q`` (H, n, D); ``rope_k`` (G, n, D); ``cache_k``, ``cache_v``
     (G, m, D), the keys and values the queries read (cached + new);
     ``scores`` (H, n, m); ``mask`` (n, m), True = forbidden; ``softmax``
-    (H, n, m); ``mix`` (H, n, D); ``out`` (n, C).
+    (H, n, m); ``mix`` (H, n, D); ``head_out`` (H, n, C), each head's share of
+    ``out``; ``out`` (n, C).
     """
 
     SNAPSHOTS = {
@@ -355,7 +356,7 @@ class Attention(Module):
         "rope_q": ("H", "n", "D"), "rope_k": ("G", "n", "D"),
         "cache_k": ("G", "m", "D"), "cache_v": ("G", "m", "D"),
         "scores": ("H", "n", "m"), "mask": ("n", "m"), "softmax": ("H", "n", "m"),
-        "mix": ("H", "n", "D"), "out": ("n", "C"),
+        "mix": ("H", "n", "D"), "head_out": ("H", "n", "C"), "out": ("n", "C"),
     }
 
     def __init__(self, config: ModelConfig, rng: np.random.Generator, layer: int, dtype=np.float32):
@@ -414,9 +415,12 @@ class Attention(Module):
         # 8. Mix the values by those weights.
         mix = self.snap("mix", ag.matmul(weights, v))                    # (B, H, n, D)
 
-        # 9. Concatenate the heads and project back to the model width.
-        heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)           # (B, n, H*D)
-        return self.snap("out", self.wo(heads))                          # (B, n, C)
+        # 9. Project back to the model width with W_O. W_O applied to the heads side by side is
+        #    the sum over heads of each head's mix through its own D columns of W_O: that term
+        #    is the head's share of the output (head_out), and the output is their sum.
+        wo = self.wo.weight.reshape(-1, H, D).transpose(1, 2, 0)         # (H, D, C)
+        head_out = self.snap("head_out", ag.matmul(mix, wo))             # (B, H, n, C)
+        return self.snap("out", ag.sum(head_out, axis=1))                # (B, n, C)
 
 
 class FeedForward(Module):

@@ -181,7 +181,7 @@ class Timeline:
 
     def save(self, path) -> None:
         """Write the timeline to ``path`` atomically."""
-        from .checkpoint import atomic_write
+        from .files import atomic_write
 
         atomic_write(path, self.to_bytes())
 

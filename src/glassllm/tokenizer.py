@@ -582,6 +582,12 @@ class Tokenizer(TextTokenizer):
 
         Special tokens become their ids only if ``allowed_special`` allows them
         (``"all"``, or a set of names); otherwise their text is ordinary text.
+
+        Note the default, ``"none"``: text typed as ``<|endoftext|>`` stays
+        ordinary text here. Prompts given to :func:`glassllm.generate.generate`,
+        the CLI, the inspector and :func:`glassllm.trace.to_str_tokens` are read
+        with :meth:`encode_prompt`, which allows every special token (the
+        special id); use it to get their ids.
         """
         if not isinstance(text, str):
             raise TypeError(f"encode expects a str, got {type(text).__name__}"

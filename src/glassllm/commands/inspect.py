@@ -50,6 +50,16 @@ def add_cli(name: str, parser) -> None:
                              "none on loopback)")
     parser.add_argument("--no-token", action="store_true",
                         help="serve a non-loopback --host without a token: anyone who can reach the port may use it")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="threads that run the model (default: one per core)")
+    parser.add_argument("--queue", type=int, default=32, metavar="N",
+                        help="requests that may wait for a worker; beyond, 503 and Retry-After (default: 32)")
+    parser.add_argument("--rate-limit", type=float, default=20.0, metavar="R",
+                        help="requests per second one client address may send, on average; beyond, 429 (default: 20)")
+    parser.add_argument("--rate-burst", type=int, default=60, metavar="N",
+                        help="requests one client address may send at once before --rate-limit applies (default: 60)")
+    parser.add_argument("--cache-mb", type=float, default=512, metavar="MB",
+                        help="memory for traced prompts, least recently used dropped first (default: 512)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="another name clients may use to reach this server (a DNS name, a proxy); repeatable")
     parser.add_argument("--html", metavar="FILE", default=None,
@@ -115,6 +125,16 @@ def run(args) -> int:
         if served:
             raise ValueError(f"{' and '.join(served)} {'apply' if len(served) > 1 else 'applies'} only to the server; "
                              "--html writes a file and serves nothing")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.queue < 0:
+        raise ValueError(f"--queue must be >= 0, got {args.queue}")
+    if not (args.rate_limit > 0 and args.rate_limit != float("inf")):
+        raise ValueError(f"--rate-limit must be a number of requests per second > 0, got {args.rate_limit}")
+    if args.rate_burst < 1:
+        raise ValueError(f"--rate-burst must be >= 1, got {args.rate_burst}")
+    if not args.cache_mb >= 0 or args.cache_mb == float("inf"):
+        raise ValueError(f"--cache-mb must be a number of MB >= 0, got {args.cache_mb}")
     if args.token is not None and args.no_token:
         raise ValueError("--token and --no-token contradict each other: give one")
     if args.token is not None:
@@ -128,7 +148,7 @@ def run(args) -> int:
         raise ValueError("prompt is empty: give at least one character")
     model, tokenizer, meta, timeline = load_inspected(args.model, args.run)
     limits = Limits(args.max_prompt_tokens, args.max_new_tokens, args.max_cells)
-    inspector = Inspector(model, tokenizer, limits, meta, timeline=timeline)
+    inspector = Inspector(model, tokenizer, limits, meta, cache_mb=args.cache_mb, timeline=timeline)
     inspector.encode(prompt)  # refuse a bad prompt before serving or writing anything
 
     if args.html is not None:
@@ -157,7 +177,15 @@ def _serve(inspector, prompt: str, args) -> int:
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
-    app = create_app(inspector, prompt=prompt, access=access, tab="training" if args.run else None)
+    from threadpoolctl import threadpool_limits
+
+    from ..inspector.pool import RateLimiter, WorkPool
+
+    # Parallelism comes from the pool's workers, one core each: BLAS threads on top of them would
+    # oversubscribe the cores (and OpenBLAS's spinning threads slow to a crawl on a busy machine).
+    threadpool_limits(1)
+    app = create_app(inspector, prompt=prompt, access=access, tab="training" if args.run else None,
+                     pool=WorkPool(args.workers, args.queue), limiter=RateLimiter(args.rate_limit, args.rate_burst))
     ports = [args.port] if args.port is not None else [DEFAULT_PORT, 0]
     server = None
     for i, port in enumerate(ports):

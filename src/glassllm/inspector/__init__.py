@@ -7,7 +7,11 @@ Modules, one concept each:
 
 - :mod:`.schema`  the requests the page may send, and the server's limits;
 - :mod:`.data`    the data layer: runs and traces the model, answers requests;
+- :mod:`.cache`   the trace cache: traced passes by model, prompt and intervention, bounded in bytes;
 - :mod:`.server`  the FastAPI app and the uvicorn runner;
+- :mod:`.auth`    the access token, the cookie, the server's own host names and origins;
+- :mod:`.pool`    bounded work: the worker pool with its queue (503), the rate limit per client (429);
+- :mod:`.connections`  a deadline for request headers and a cap on connections per address;
 - :mod:`.export`  the offline HTML file (precomputed answers, inlined page);
 - ``static/``     the page itself: ``index.html``, ``app.js``, ``style.css`` (canvas, no dependencies).
 

@@ -16,16 +16,25 @@ Three kinds of answer, one per request type of :mod:`glassllm.inspector.schema`:
   ``softmax(logits / T)`` live), the ids that survive top-k / top-p
   (:mod:`glassllm.sampling`), and, with an intervention, the logits before and after.
 
-Forward passes are traced with :mod:`glassllm.trace` and kept in a small
-least-recently-used cache, so switching layer, head or snapshot only slices
-arrays that are already computed. Decoding steps come from
-:func:`glassllm.generate.generate` (greedy, module path, KV cache), traced the same way.
+Forward passes are traced with :mod:`glassllm.trace`, always with the
+gradients of the next-token loss, and kept in a :class:`~glassllm.inspector.cache.TraceCache`
+(bounded in bytes, least recently used out first) under a key of the model's
+digest, the prompt's ids, the intervention and the gradient's target: switching
+layer, head, snapshot or value/gradient only slices arrays that are already
+computed, and identical requests that arrive together are computed once.
+Decoding steps come from :func:`glassllm.generate.generate` (greedy, module
+path, KV cache), traced the same way, a few steps ahead.
+
+Requests may come from many threads at once: each thread that computes runs
+its own copy of the model, which shares the weights' arrays (a tracer attaches
+to a model, so two traces cannot share one).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import threading
 from collections import OrderedDict
 
@@ -35,7 +44,10 @@ from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
 from ..trace.registry import axis_sizes
-from .schema import HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, shown
+from .cache import TraceCache, model_digest, nbytes
+from .schema import (
+    AttributionRequest, HeadsRequest, Intervention, Limits, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, shown,
+)
 
 __all__ = ["Inspector", "encode_array", "pool"]
 
@@ -89,16 +101,18 @@ class Inspector:
 
     ``model``: a :class:`~glassllm.nn.Transformer`; ``tokenizer``: its
     tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`: byte-level or SentencePiece);
-    ``limits``: what one request may cost
-    (the prompt is capped to fit the context); ``timeline``: the :class:`~glassllm.timeline.Timeline`
-    of the run that trained it, if there is one (the page's Training tab). Thread-safe: one lock guards the model.
+    ``limits``: what one request may cost (the prompt is capped to fit the context); ``timeline``: the
+    :class:`~glassllm.timeline.Timeline` of the run that trained it, if there is one (the page's Training
+    tab); ``cache``: where traced passes are kept (default: a new
+    :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb`` MB). Thread-safe: each computing thread
+    runs its own copy of the model.
     """
 
     timeline = None                 # the run's Timeline, if the model has one
     _timeline_answer = None         # its answer, made once
 
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache_size: int = 4, timeline=None):
+                 cache: TraceCache | None = None, cache_mb: float = 512, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -107,10 +121,13 @@ class Inspector:
         self.limits = (limits or Limits()).fit(model.config.max_seq_len)
         self.meta = dict(meta or {})
         self.axes = registry(model)                             # full name -> axis letters, forward order
-        self._lock = threading.Lock()
-        self._runs: OrderedDict = OrderedDict()
-        self._steps: OrderedDict = OrderedDict()
-        self._cache_size = cache_size
+        if isinstance(cache_mb, bool) or not isinstance(cache_mb, (int, float)) or not cache_mb >= 0:
+            raise ValueError(f"cache_mb must be a number >= 0, got {cache_mb!r}")
+        self.cache = cache if cache is not None else TraceCache(int(cache_mb * 2**20))
+        self.model_key = model_digest(model)
+        self._local = threading.local()
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()      # prompt -> ids, the last 256 prompts
+        self._ids_lock = threading.Lock()
         self._vocab = tokenizer.pieces(range(tokenizer.vocab_size))
         if timeline is not None and timeline.config != model.config:
             raise ValueError(f"the timeline was recorded for another model shape ({timeline.config}) than this "
@@ -181,7 +198,16 @@ class Inspector:
     def encode(self, prompt: str) -> list[int]:
         """Prompt text -> ids as ``glassllm generate`` reads it (the tokenizer's ``encode_prompt``:
         special tokens allowed, ``<s>`` first for a SentencePiece Llama), length-checked."""
-        ids = self.tokenizer.encode_prompt(prompt)
+        with self._ids_lock:
+            ids = self._ids.get(prompt)
+            if ids is not None:
+                self._ids.move_to_end(prompt)
+        if ids is None:
+            ids = self.tokenizer.encode_prompt(prompt)
+            with self._ids_lock:
+                self._ids[prompt] = ids
+                while len(self._ids) > 256:                  # prompts are at most 20,000 characters
+                    self._ids.popitem(last=False)
         limit = self.limits.max_prompt_tokens
         if not ids:
             raise ValueError("prompt is empty: type at least one character")
@@ -193,6 +219,37 @@ class Inspector:
     def tokens(self, req: PromptRequest) -> dict:
         ids = self.encode(req.prompt)
         return {"ids": ids, "pieces": [self._vocab[i] for i in ids]}
+
+    # ------------------------------------------------------------------ logit lens, attribution
+    def lens(self, req: PromptRequest) -> dict:
+        """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's
+        input, the last layer's output) and position, the most likely token and its probability."""
+        from ..trace import lens_top
+
+        ids = self.encode(req.prompt)
+        top, prob = lens_top(self._replica(), ids)                      # this thread's copy of the model
+        rows = np.asarray(top).tolist()                                  # (L+1, n) token ids
+        return {"streams": list(top.labels[0]), "pieces": [self._vocab[i] for i in ids], "top": rows,
+                "top_pieces": [[self._vocab[i] for i in row] for row in rows],
+                "prob": np.asarray(prob, dtype=np.float64).tolist()}
+
+    def attribution(self, req: AttributionRequest) -> dict:
+        """Direct logit attribution at one position: each head's and MLP's share of one logit,
+        the final norm's scale frozen (the shares sum to the logit)."""
+        from ..trace import direct_attribution
+
+        ids = self.encode(req.prompt)
+        n, V = len(ids), self.config.vocab_size
+        position = n - 1 if req.position is None else req.position
+        if position >= n:
+            raise ValueError(f"position {position} is out of range: the prompt has positions 0..{n - 1}")
+        if req.token is not None and req.token >= V:
+            raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
+        bars = direct_attribution(self._replica(), ids, position, req.token)
+        token = bars.baseline["token"]
+        return {"labels": bars.labels[0], "values": np.asarray(bars, dtype=np.float64).tolist(),
+                "total": bars.baseline["total"], "token": token, "piece": self._vocab[token],
+                "position": position, "pieces": [self._vocab[i] for i in ids]}
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, req: SnapshotRequest) -> dict:
@@ -413,46 +470,70 @@ class Inspector:
                              f"{self.config.max_seq_len} positions")
         return self._step_run(ids, step)
 
+    def _replica(self):
+        """This thread's copy of the model: its own modules (and tracer slot), the model's weight arrays."""
+        model = getattr(self._local, "model", None)
+        if model is None:
+            shared = {id(p.data): p.data for p in self.model.parameters()}
+            model = self._local.model = copy.deepcopy(self.model, shared)
+        return model
+
+    def _prompt_key(self, ids, iv, target, grad) -> tuple:
+        return (self.model_key, "prompt", tuple(ids), None if iv is None else iv.model_dump_json(),
+                target if grad else None)
+
+    def _decode_key(self, ids, step) -> tuple:
+        # Decode a few steps ahead (8, 16, 32 ... passes), so stepping on is a lookup.
+        want = min(max(8, 1 << step.bit_length()), self.limits.max_new_tokens + 1,
+                   self.config.max_seq_len - len(ids))
+        return (self.model_key, "decode", tuple(ids), want)
+
     def _prompt_run(self, ids, iv, target, grad) -> _Run:
-        key = (tuple(ids), None if iv is None else iv.model_dump_json(), target if grad else None, grad)
-        with self._lock:
-            if key in self._runs:
-                self._runs.move_to_end(key)
-                return self._runs[key]
-            if not grad:
-                # A run with gradients also holds every value: reuse it.
-                for k, run in self._runs.items():
-                    if k[:2] == key[:2]:
-                        return run
-            if grad and target is None:
-                # The model's own top choice, from the plain run (cached, or made and cached here).
-                plain_key = key[:2] + (None, False)
-                if plain_key not in self._runs:
-                    self._runs[plain_key] = _trace_prompt(self.model, ids, iv, False, None)
-                target = int(np.argmax(self._runs[plain_key].logits))
-            run = _trace_prompt(self.model, ids, iv, grad, target)
-            self._runs[key] = run
-            while len(self._runs) > self._cache_size:
-                self._runs.popitem(last=False)
-            return run
+        """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
+        def compute():
+            model = self._replica()
+            top = target if grad and target is not None else None
+            if top is None:  # the model's own top choice, under the same intervention
+                top = int(np.argmax(_trace_prompt(model, ids, iv, False, None).logits))
+            return _trace_prompt(model, ids, iv, True, top)
+        return self.cache.get(self._prompt_key(ids, iv, target, grad), compute, size=_run_bytes)
 
     def _step_run(self, ids, step) -> _Run:
-        key = tuple(ids)
-        with self._lock:
-            passes = self._steps.get(key)
-            if passes is None or len(passes) <= step:
-                # Recompute from the prompt, a few steps ahead, so stepping on is a cache hit.
-                want = min(max(step + 1, 2 * len(passes or ()), 8), self.limits.max_new_tokens + 1,
-                           self.config.max_seq_len - len(ids))
-                passes = _trace_decoding(self.model, self.tokenizer, ids, want)
-                self._steps[key] = passes
-                while len(self._steps) > self._cache_size:
-                    self._steps.popitem(last=False)
-            self._steps.move_to_end(key)
-            if step >= len(passes):
-                raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
-                                 f"{len(passes) - 1}; there is no step {step}")
-            return passes[step]
+        key = self._decode_key(ids, step)
+        passes = self.cache.get(key, lambda: _trace_decoding(self._replica(), self.tokenizer, ids, key[-1]),
+                                size=lambda runs: _run_bytes(runs[0]))
+        if step >= len(passes):
+            raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
+                             f"{len(passes) - 1}; there is no step {step}")
+        return passes[step]
+
+    def ready(self, req) -> bool:
+        """Can ``req`` be answered from passes already traced, without running the model? (A quick guess
+        from dictionaries, no tokenizing: the server sends such requests to a lane of their own, so that
+        switching views never waits behind another prompt's forward pass.)"""
+        if isinstance(req, TimelineRequest):
+            return self._timeline_answer is not None
+        if not isinstance(req, (SnapshotRequest, NextRequest, HeadsRequest)):
+            return True                     # tokenizing: at most 20,000 characters, no model
+        with self._ids_lock:
+            ids = self._ids.get(req.prompt)
+        if ids is None:
+            return False
+        if isinstance(req, SnapshotRequest):
+            keys = [self._decode_key(ids, req.step) if req.step else
+                    self._prompt_key(ids, req.intervention, req.target, req.grad)]
+        elif isinstance(req, NextRequest):
+            keys = [self._decode_key(ids, req.step) if req.step else self._prompt_key(ids, None, None, False)]
+            if req.intervention is not None:
+                keys.append(self._prompt_key(ids, req.intervention, None, False))
+        else:
+            keys = [self._prompt_key(ids, req.intervention, req.target, req.grad)]
+        return all(self.cache.peek(k) is not None for k in keys)
+
+
+def _run_bytes(run: _Run) -> int:
+    """Bytes a traced run holds: every step's values and gradients."""
+    return nbytes(*[(s.values, s.grads) for s in run.trace.steps])
 
 
 def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
@@ -554,3 +635,4 @@ def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
     t = tracer.trace
     seq = list(ids) + chosen
     return [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps)]
+

@@ -37,8 +37,8 @@ from pydantic import ValidationError
 from ..files import atomic_write
 from .data import Inspector
 from .schema import (
-    HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
-    request_key,
+    AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
+    describe_validation_error, request_key,
 )
 from .server import read_assets
 
@@ -91,6 +91,8 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     put("next", inspector.next_token, NextRequest(prompt=prompt))
     for grad in (False, True):
         put("heads", inspector.heads, HeadsRequest(prompt=prompt, grad=grad))
+    put("lens", inspector.lens, tokens)
+    put("attribution", inspector.attribution, AttributionRequest(prompt=prompt))
     for name, layer, head in _views(inspector, layers):
         for grad in (False, True):
             put("snapshot", inspector.snapshot,

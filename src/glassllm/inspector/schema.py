@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 __all__ = [
     "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
+    "AttributionRequest",
     "request_key", "describe_validation_error", "shown",
 ]
 
@@ -157,6 +158,17 @@ class NextRequest(PromptRequest):
     top_k: StrictInt | None = Field(default=None, ge=1)
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     intervention: Intervention | None = None
+
+
+class AttributionRequest(PromptRequest):
+    """Direct logit attribution of the prompt's pass: each head's and each MLP's share of one logit.
+
+    ``position``  the query position (default: the last); ``token`` the next token whose logit is
+    split (default: the model's most likely one there).
+    """
+
+    position: StrictInt | None = Field(default=None, ge=0)
+    token: StrictInt | None = Field(default=None, ge=0)
 
 
 def request_key(kind: str, request: _Request) -> str:

@@ -36,6 +36,7 @@ Before any route, every request passes the guards, in this order:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from importlib import resources
@@ -50,8 +51,10 @@ from starlette.requests import ClientDisconnect
 from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
+from .pool import Busy, Limited, RateLimiter, WorkPool
 from .schema import (
-    HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest, describe_validation_error,
+    AttributionRequest, HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
+    describe_validation_error,
 )
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
@@ -62,6 +65,8 @@ ASSETS = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; 
           "style.css": "text/css; charset=utf-8"}
 MAX_BODY_BYTES = 256 * 1024
 BODY_TIMEOUT_S = 10.0  # to receive a declared body, at most 256 KB, once its headers have arrived
+HEAD_TIMEOUT_S = 10.0  # to receive a request's line and headers, on a new or kept-alive connection
+CONNECTIONS_PER_CLIENT = 64  # open connections one address may hold (a browser opens about 6)
 # The page loads its own script and style and talks only to this server.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -102,13 +107,18 @@ def _secured(response: Response) -> Response:
 
 
 def create_app(inspector: Inspector, prompt: str | None = None, access: Access | None = None,
-               tab: str | None = None) -> FastAPI:
+               tab: str | None = None, pool: WorkPool | None = None, limiter: RateLimiter | None = None) -> FastAPI:
     """The FastAPI app serving ``inspector``.
 
     ``prompt``: the prompt the page opens with; ``tab``: the tab it opens on (``"training"`` for a run).
     ``access``: the token and the server's own host names (default: no token, loopback names only).
+    ``pool``: where the model's work runs (default: one worker per core, 32 waiting at most); requests
+    the trace cache can answer run on a second pool of the same size.
+    ``limiter``: requests per second per client address (default: none; ``glassllm inspect`` sets one).
     """
     access = access or Access(token=None, hosts=own_hosts("127.0.0.1"))
+    pool = pool or WorkPool()
+    lookups = WorkPool(pool.workers, pool.queue)             # answers from traced passes: slicing only
     assets = read_assets()
     info_cache = {**inspector.info(), "prompt": prompt, "tab": tab}
     # redirect_slashes=False: "/api/tokens/" is an unknown path (404 with a JSON error), not a redirect.
@@ -138,6 +148,11 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
                          if exc.detail == "There was an error parsing the body" else str(exc.detail))}
         return _error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
 
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy):
+        return _secured(JSONResponse({"error": str(exc)}, status_code=503,
+                                     headers={"Retry-After": str(exc.retry_after)}))
+
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):
         log.exception("inspector: internal error on %s", request.url.path)
@@ -148,6 +163,12 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
     async def _guard(request: Request, call_next):
         api = request.url.path.startswith("/api/")
         headers = request.headers
+        if limiter is not None:   # first: it also slows down anyone guessing the token
+            try:
+                limiter.check(request.client.host if request.client else "")
+            except Limited as e:
+                return _secured(JSONResponse({"error": str(e)}, status_code=429,
+                                             headers={"Retry-After": str(e.retry_after)}))
         if not access.host_ok(headers.get("host")):
             shown = headers.get("host", "")[:60]
             return _secured(_error(403, f"host {shown!r} is not this server's name; open the inspector at the "
@@ -195,43 +216,68 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
         return Response(assets[name], media_type=ASSETS[name])
 
     @app.get("/", include_in_schema=False)
-    def index():
+    async def index():
         return _asset("index.html")
 
     @app.get("/app.js", include_in_schema=False)
-    def script():
+    async def script():
         return _asset("app.js")
 
     @app.get("/style.css", include_in_schema=False)
-    def style():
+    async def style():
         return _asset("style.css")
 
     # -- the API -----------------------------------------------------------------------
+    async def compute(fn, req) -> Response:
+        """``fn(req)`` on a work pool, its answer encoded there too: the event loop only moves bytes.
+        Every route that runs the model goes through here (503 when the pool and its queue are full).
+        A request the cache can answer (``inspector.ready``) goes to a lane of its own, so that a view
+        switch never waits behind another prompt's forward pass."""
+        lane = lookups if inspector.ready(req) else pool
+        body = await lane.run(lambda: _dumps(fn(req)))
+        return Response(body, media_type="application/json")
+
+    app.state.compute = compute
+    info_body = _dumps(info_cache)
+
     @app.get("/api/info")
-    def info():
-        return info_cache
+    async def info():
+        return Response(info_body, media_type="application/json")
 
     @app.post("/api/tokens")
-    def tokens(req: PromptRequest):
-        return inspector.tokens(req)
+    async def tokens(req: PromptRequest):
+        return await compute(inspector.tokens, req)
 
     @app.post("/api/snapshot")
-    def snapshot(req: SnapshotRequest):
-        return inspector.snapshot(req)
+    async def snapshot(req: SnapshotRequest):
+        return await compute(inspector.snapshot, req)
 
     @app.post("/api/next")
-    def next_token(req: NextRequest):
-        return inspector.next_token(req)
+    async def next_token(req: NextRequest):
+        return await compute(inspector.next_token, req)
 
     @app.post("/api/heads")
-    def heads(req: HeadsRequest):
-        return inspector.heads(req)
+    async def heads(req: HeadsRequest):
+        return await compute(inspector.heads, req)
 
     @app.post("/api/timeline")
-    def timeline(req: TimelineRequest):
-        return inspector.timeline_view()
+    async def timeline(req: TimelineRequest):
+        return await compute(lambda _: inspector.timeline_view(), req)
+
+    @app.post("/api/lens")
+    def lens(req: PromptRequest):
+        return inspector.lens(req)
+
+    @app.post("/api/attribution")
+    def attribution(req: AttributionRequest):
+        return inspector.attribution(req)
 
     return app
+
+
+def _dumps(value) -> bytes:
+    """JSON as FastAPI writes it: UTF-8, compact, no NaN."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 class Server:
@@ -243,13 +289,17 @@ class Server:
     >>> server.stop()                                   # doctest: +SKIP
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, head_timeout: float = HEAD_TIMEOUT_S,
+                 per_client: int = CONNECTIONS_PER_CLIENT):
         import uvicorn
+
+        from .connections import guarded_protocol
 
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an int in 0..65535 (0 = any free port), got {port!r}")
+        self.protocol = guarded_protocol(head_timeout, per_client)
         self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                     lifespan="off")
+                                     lifespan="off", http=self.protocol, timeout_keep_alive=5)
         self.server = uvicorn.Server(self.config)
         self.thread: threading.Thread | None = None
         self.host = host

@@ -29,7 +29,8 @@ from ..autograd import Tensor
 __all__ = ["attention", "forbidden", "project_rotate_cache", "fused_attention", "ATTENTION_INNER"]
 
 # The layer's snapshots a kernel that computes attention in fused form never produces.
-ATTENTION_INNER = ("q", "k", "v", "rope_q", "rope_k", "cache_k", "cache_v", "scores", "mask", "softmax", "mix")
+ATTENTION_INNER = ("q", "k", "v", "rope_q", "rope_k", "cache_k", "cache_v", "scores", "mask", "softmax", "mix",
+                   "head_out")
 
 
 def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:

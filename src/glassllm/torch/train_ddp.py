@@ -46,12 +46,13 @@ import torch
 import torch.distributed as dist
 
 from ..checkpoint import save_model
+from ..commands.train import add_config_options, given_options
 from ..config import ModelConfig
 from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids
 from ..files import atomic_write
 from ..nn import Transformer as GlassTransformer
 from ..optim import lr_lambda
-from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig, _given, add_config_options
+from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig
 from .model import Transformer, from_glassllm, to_glassllm
 
 __all__ = ["run", "main"]
@@ -354,7 +355,7 @@ def main(argv=None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
-        train_opts, model_opts = _given(args, "train_"), _given(args, "model_")
+        train_opts, model_opts = given_options(args, "train_"), given_options(args, "model_")
         tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
         config = model_config = None
         if not args.resume:

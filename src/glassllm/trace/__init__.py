@@ -6,7 +6,7 @@ axis letters, in the order a forward pass produces them::
 
     embed
     layers.{i}.resid_pre  layers.{i}.attn_norm.in|rms|out
-    layers.{i}.attn.q|k|v|rope_q|rope_k|cache_k|cache_v|scores|mask|softmax|mix|out
+    layers.{i}.attn.q|k|v|rope_q|rope_k|cache_k|cache_v|scores|mask|softmax|mix|head_out|out
     layers.{i}.resid_mid  layers.{i}.mlp_norm.in|rms|out
     layers.{i}.mlp.gate|up|act|prod|out   layers.{i}.resid_post
     norm.in|rms|out  logits  probs
@@ -59,16 +59,22 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 (2, 3, 32)
 """
 
+from . import circuits, names, patching
 from .files import FORMAT, VERSION, validate_manifest
-from .interventions import Edit, Intervention, MaskOff, MeanAblate, Patch, Temperature, ZeroAblate
+from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
+                            ZeroAblate)
+from .labelled import Labelled
+from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
 from .record import Step, Trace, load_trace
 from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, registry, snapshot_shape,
                        snapshot_table, write_snapshot_doc)
-from .tracer import Tracer, trace
+from .tokens import to_str_tokens
+from .tracer import IGNORE_INDEX, Tracer, trace
 
 __all__ = [
     "Tracer", "Trace", "Step", "trace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
     "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
-    "DESCRIPTIONS", "DOC_BEGIN", "DOC_END",
+    "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
+    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "direct_attribution", "patching", "circuits", "names",
 ]

@@ -10,6 +10,7 @@ parts; an :class:`Edit` or a whole-snapshot :class:`Patch` is a constant.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -113,6 +114,75 @@ class Edit(Intervention):
         return f"Edit({self.patterns!r}, fn={getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
+@dataclass(frozen=True)
+class HookContext:
+    """Where a :class:`Hook` is called: which snapshot, in which layer, and along which axes.
+
+    ``axes``: the value's axis letters, batch first (``("B", "H", "n", "m")``
+    for ``attn.softmax``); ``head_axis`` and ``position_axis`` index into
+    them (None when the snapshot has no such axis); ``positions`` (n,) are
+    the absolute positions of the step's queries, start .. start+n-1;
+    ``layer`` is None outside the blocks. ``step`` is the tracer's
+    :class:`Step` (its tokens, n, m, start).
+    """
+
+    name: str
+    layer: int | None
+    axes: tuple
+    head_axis: int | None
+    position_axis: int | None
+    positions: np.ndarray
+    step: Step
+
+
+class Hook(Intervention):
+    """Replace snapshot(s) ``names`` by ``fn(value, ctx)``, keeping the autograd graph (TransformerLens' hooks).
+
+    ``value`` is the snapshot as a :class:`~glassllm.autograd.Tensor` *with*
+    its batch axis (B, ...); ``ctx`` is a :class:`HookContext`. ``fn``
+    returns the new value: a Tensor expression of ``value`` (so gradients
+    flow back through it to everything upstream), a NumPy array (a constant:
+    no gradient flows back), or None (unchanged: a hook that only looks).
+    The result must keep the shape and dtype.
+
+    >>> from glassllm.nn import Transformer
+    >>> from glassllm.trace import trace
+    >>> half_head_1 = Hook("layers.0.attn.mix",
+    ...                    lambda v, ctx: v * np.array([1, 0.5, 1, 1], dtype=v.dtype)[:, None, None])
+    >>> t = trace(Transformer(seed=0), [1, 2, 3], names="layers.0.attn.mix", interventions=half_head_1)
+    >>> t.get("attn.mix", layer=0).shape
+    (4, 3, 32)
+    """
+
+    def __init__(self, names, fn):
+        if not callable(fn):
+            raise TypeError(f"Hook needs a function fn(value, ctx), got {type(fn).__name__}")
+        self.patterns, self.fn = names, fn
+
+    def bind(self, axes, config):
+        found = resolve_all(self.patterns, axes)
+        self.axes = {**getattr(self, "axes", {}), **{k: axes[k] for k in found}}
+        return found
+
+    def apply(self, name, t, step):
+        axes = ("B",) + tuple(self.axes[name])
+        head = next((i for i, a in enumerate(axes) if a in ("H", "G")), None)
+        ctx = HookContext(name, int(name.split(".")[1]) if name.startswith("layers.") else None, axes, head,
+                          axes.index("n") if "n" in axes else None, np.arange(step.start, step.start + step.n), step)
+        new = self.fn(t, ctx)
+        if new is None:
+            return t
+        if isinstance(new, Tensor):
+            return new
+        new = np.asarray(new)
+        if new.dtype.kind not in "biuf":
+            raise TypeError(f"Hook of {name!r}: fn returned {new.dtype} values, expected a Tensor or numbers")
+        return _constant(_finite(name, "Hook", new, t.dtype), t)
+
+    def __repr__(self):
+        return f"Hook({self.patterns!r}, fn={getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
 class ZeroAblate(Intervention):
     """Zero head ``head`` of layer ``layer``: its slice of ``attn.mix`` (the per-head output before W_O)."""
 
@@ -196,22 +266,22 @@ class Patch(Intervention):
     ``source``: a :class:`Trace` that recorded those names, or an array of
     the snapshot's shape (batch removed) for a single name. The source step
     defaults to the current step's index. ``positions``: indices along the
-    snapshot's n axis to patch (default: all); the others keep their values
-    (and their gradient). Every batch row gets the same patched values.
+    snapshot's n axis to patch (default: all); ``heads``: indices along its
+    head axis (H, or G for k, v, rope_k, cache_k, cache_v; default: all).
+    Negative indices count from the end. Cells outside the selection keep
+    their values (and their gradient). Every batch row gets the same patched
+    values.
     """
 
-    def __init__(self, names, source, step=None, positions=None):
+    def __init__(self, names, source, step=None, positions=None, heads=None):
         if not isinstance(source, Trace):
             source = np.asarray(source)
             if source.dtype.kind not in "biuf" or (source.dtype.kind == "f" and not np.isfinite(source).all()):
                 raise ValueError(f"Patch source must be finite real numbers (or a Trace), got {source.dtype} "
                                  f"{'with NaN or infinite values' if source.dtype.kind == 'f' else 'values'}")
         self.patterns, self.source, self.source_step = names, source, step
-        self.positions = None if positions is None else np.atleast_1d(np.asarray(positions))
-        if self.positions is not None and self.positions.size == 0:
-            raise ValueError("Patch positions is empty: give at least one position, or None for all")
-        if self.positions is not None and (self.positions.dtype.kind not in "iu" or self.positions.ndim != 1):
-            raise TypeError(f"Patch positions must be an int or a list of ints, got {positions!r}")
+        self.positions = _int_list(positions, "positions")
+        self.heads = _int_list(heads, "heads")
 
     def bind(self, axes, config):
         found = resolve_all(self.patterns, axes)
@@ -221,10 +291,15 @@ class Patch(Intervention):
             missing = [k for k in found if k not in self.source.names()]
             if missing:
                 raise ValueError(f"Patch: the source trace did not record {missing[0]!r}")
-        if self.positions is not None:
-            no_n = next((k for k in found if "n" not in axes[k]), None)
-            if no_n is not None:
-                raise ValueError(f"Patch positions need an n axis; {no_n!r} has axes {axes[no_n]}")
+        for what, letters, chosen in (("positions", ("n",), self.positions), ("heads", ("H", "G"), self.heads)):
+            lacking = next((k for k in found if not set(letters) & set(axes[k])), None)
+            if chosen is not None and lacking is not None:
+                raise ValueError(f"Patch {what} need {'an n' if what == 'positions' else 'a head'} axis; "
+                                 f"{lacking!r} has axes {axes[lacking]}")
+        if self.heads is not None:
+            for k in found:
+                size = config.n_heads if "H" in axes[k] else config.n_kv_heads
+                _indices(self.heads, size, "head")                       # in range, each once
         # a name's axes are the same in every model, so binding again only adds names
         self.axes = {**getattr(self, "axes", {}), **{k: axes[k] for k in found}}
         return found
@@ -238,23 +313,42 @@ class Patch(Intervention):
         if value.shape != t.shape[1:]:
             raise ValueError(f"Patch of {name!r}: the source has shape {value.shape}, this forward has {t.shape[1:]}")
         value = np.broadcast_to(_finite(name, "Patch", value, t.dtype), t.shape)
-        if self.positions is None:
+        if self.positions is None and self.heads is None:
             return _constant(np.array(value), t)
-        axis = 1 + self.axes[name].index("n")                           # bind checked there is one
-        pos = self.positions
-        if np.any((pos < -t.shape[axis]) | (pos >= t.shape[axis])):
-            raise ValueError(f"Patch positions {pos.tolist()} out of range for n={t.shape[axis]}")
-        sel = np.zeros(t.shape[axis], dtype=bool)
-        sel[pos] = True
-        sel = sel.reshape([-1 if i == axis else 1 for i in range(t.ndim)])  # broadcast along the n axis
+        sel = np.ones((1,) * t.ndim, dtype=bool)
+        axes = ("B",) + tuple(self.axes[name])
+        for chosen, letters, what in ((self.positions, ("n",), "positions"), (self.heads, ("H", "G"), "heads")):
+            if chosen is None:
+                continue
+            axis = next(i for i, a in enumerate(axes) if a in letters)  # bind checked there is one
+            size = t.shape[axis]
+            if any(not -size <= i < size for i in chosen):
+                raise ValueError(f"Patch {what} {list(chosen)} out of range for {axes[axis]}={size}")
+            along = np.zeros(size, dtype=bool)
+            along[list(chosen)] = True
+            sel = sel & along.reshape([-1 if i == axis else 1 for i in range(t.ndim)])  # broadcast along it
+        sel = np.broadcast_to(sel, t.shape)
         if t.dtype == np.bool_:
             return Tensor(np.where(sel, value, t.data))
         return t * (~sel).astype(t.dtype) + np.where(sel, value, 0).astype(t.dtype)
 
     def __repr__(self):
         src = "Trace" if isinstance(self.source, Trace) else f"array{self.source.shape}"
-        pos = "" if self.positions is None else f", positions={self.positions.tolist()}"
-        return f"Patch({self.patterns!r}, source={src}{pos})"
+        pos = "" if self.positions is None else f", positions={list(self.positions)}"
+        heads = "" if self.heads is None else f", heads={list(self.heads)}"
+        return f"Patch({self.patterns!r}, source={src}{pos}{heads})"
+
+
+def _int_list(values, what: str):
+    """None, an int or a non-empty list of ints, as a tuple of ints (or None)."""
+    if values is None:
+        return None
+    arr = np.atleast_1d(np.asarray(values))
+    if arr.size == 0:
+        raise ValueError(f"Patch {what} is empty: give at least one, or None for all")
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise TypeError(f"Patch {what} must be an int or a list of ints, got {values!r}")
+    return tuple(int(i) for i in arr)
 
 
 class MaskOff(Intervention):

@@ -54,6 +54,7 @@ class Trace:
         self.dtype = dtype
         self.interventions = list(interventions or [])
         self.loss: float | None = None
+        self.without_loss = False          # made by trace() without targets: no gradient to ask for
 
     def __repr__(self) -> str:
         return f"Trace({len(self._names)} names, {len(self.steps)} step(s), batch row {self.batch})"
@@ -140,6 +141,9 @@ class Trace:
                                  f"(pass names=None to record everything)")
             if grads and full.endswith("attn.mask"):
                 raise ValueError(f"{full!r} is boolean: it has no gradient")
+            if grads and self.without_loss:
+                raise ValueError(f"no gradient for {full!r}: this trace was made without a loss; pass "
+                                 "targets= to trace() (next-token ids; loss_at=-1 for the last position only)")
             if grads:
                 raise ValueError(f"no gradient for {full!r} at step {s.index}: run the backward pass "
                                  f"inside the tracer's with-block, outside no_grad")

@@ -103,8 +103,7 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
         return [pattern]
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
+        layer = check_layer(layer, n_layers)
         if not pattern.startswith("layers."):
             pattern = f"layers.{layer}.{pattern}"
         elif not pattern.startswith(f"layers.{layer}."):
@@ -158,14 +157,27 @@ def storage_dtype(dtype) -> np.dtype | None:
 
 
 def check_index(value, what: str, size: int | None = None) -> int:
-    """``value`` as an int index: >= 0, and below ``size`` when given. ``what`` names it in the
-    one-line error (``TypeError`` for a non-int, ``ValueError`` out of range)."""
+    """``value`` as an int index in [0, size); with ``size``, negative values count from the end, as in
+    Python. ``what`` names it in the one-line error (``TypeError`` for a non-int, ``ValueError`` out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{what} must be an int, got {value!r}")
+    if size is not None and -size <= value < 0:
+        return int(value) + size
     if value < 0 or (size is not None and value >= size):
-        where = f"0..{size - 1}" if size else "an int >= 0"
+        where = f"0..{size - 1} (or -{size}..-1 from the end)" if size else "an int >= 0"
         raise ValueError(f"{what}={value} is out of range: expected {where}")
     return int(value)
+
+
+def check_layer(layer, n_layers: int) -> int:
+    """A layer number in [0, n_layers); -1 is the last layer, as in Python."""
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+        raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
+    if not -n_layers <= layer < n_layers:
+        raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1} "
+                         f"(or -{n_layers}..-1 from the end)")
+    return int(layer) % n_layers
+
 
 
 # ----------------------------------------------------------------------------
@@ -190,6 +202,8 @@ DESCRIPTIONS = {
     "attn.mask": "True where key j is in query i's future (forbidden)",
     "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
     "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
+    "attn.head_out": "each head's share of the output: its slice of `mix` @ its slice of `wo.T`; "
+                     "they sum to `out`",
     "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
     "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
     "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
@@ -233,12 +247,27 @@ def _tuple(items) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
+NAME_MAP_BEGIN = "<!-- BEGIN GENERATED NAME MAP: python -m glassllm.trace docs/snapshots.md -->"
+
+
 def write_snapshot_doc(path) -> None:
-    """Replace the generated block of ``path`` (between the markers) by :func:`snapshot_table`."""
+    """Replace the generated blocks of ``path`` (between the markers): :func:`snapshot_table`, and
+    :func:`glassllm.trace.names.name_map_table` when the page has its markers."""
+    from .names import name_map_table
+
     text = Path(path).read_text(encoding="utf-8")
     if DOC_BEGIN not in text or DOC_END not in text:
         raise ValueError(f"{str(path)!r} lacks the markers {DOC_BEGIN!r} ... {DOC_END!r}")
-    head, rest = text.split(DOC_BEGIN, 1)
+    text = _replace_block(text, DOC_BEGIN, snapshot_table())
+    if NAME_MAP_BEGIN in text:
+        text = _replace_block(text, NAME_MAP_BEGIN, name_map_table())
+    atomic_write(path, text)
+
+
+def _replace_block(text: str, begin: str, table: str) -> str:
+    head, rest = text.split(begin, 1)
+    if DOC_END not in rest:
+        raise ValueError(f"the block {begin!r} has no end marker {DOC_END!r}")
     _, tail = rest.split(DOC_END, 1)
-    atomic_write(path, f"{head}{DOC_BEGIN}\n{snapshot_table()}{DOC_END}{tail}")
+    return f"{head}{begin}\n{table}{DOC_END}{tail}"
 

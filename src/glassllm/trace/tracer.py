@@ -170,26 +170,43 @@ class Tracer:
         return [k for k in self.axes if k in self.selected]
 
 
-def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0, dtype=None,
+IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
+
+
+def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, batch: int = 0, dtype=None,
           interventions=()) -> Trace:
     """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
 
-    With ``targets`` (same shape as tokens), the mean cross-entropy is
-    back-propagated too, so every snapshot gets its gradient (``trace.loss``
-    holds the loss). The parameters' ``.grad`` are left as they were.
+    With ``targets``, the mean cross-entropy is back-propagated too, so every
+    snapshot gets its gradient (``trace.loss`` holds the loss). The
+    parameters' ``.grad`` are left as they were.
+
+    ``targets``: next-token ids, the tokens' shape. ``loss_at``: the
+    position(s) whose loss counts (an int or a list; negative counts from the
+    end; default: every position). With ``loss_at``, ``targets`` may also
+    give only those positions' ids: (k,) for k positions, or (B, k).
+    Either way, a target equal to ``IGNORE_INDEX`` (-100) adds nothing to
+    the loss, as in PyTorch.
+
+    >>> from glassllm.nn import Transformer
+    >>> t = trace(Transformer(seed=0), [5, 6, 7], targets=[9], loss_at=-1)   # the loss of the last position only
+    >>> bool(t.grad("logits")[:2].any()), bool(t.grad("logits")[2].any())   # only the last position's logits
+    (False, True)
     """
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
+    if loss_at is not None and targets is None:
+        raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")
     if targets is not None:
         shape = np.shape(model.check_tokens(tokens))
-        targets = np.asarray(targets)
-        if targets.shape not in (shape, shape[1:]) or (targets.ndim == 1 and shape[0] != 1):
-            raise ValueError(f"targets of shape {targets.shape} do not match the tokens' shape {shape}")
+        targets = _targets(targets, shape, loss_at)
         if not ag.is_grad_enabled():
             raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
     if targets is None:
         with ag.no_grad(), tracer:
             model(tokens, cache)
-        return tracer.trace
+        out = tracer.trace
+        out.without_loss = True
+        return out
     params = model.parameters()
     saved = [p.grad for p in params]
     for p in params:
@@ -197,7 +214,7 @@ def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0
     try:
         with tracer:
             logits = model(tokens, cache)
-            loss = ag.cross_entropy(logits, targets.reshape(logits.shape[:-1]) if targets.ndim == 1 else targets)
+            loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
             loss.backward()
     finally:
         for p, g in zip(params, saved):
@@ -206,3 +223,35 @@ def trace(model, tokens, names=None, *, targets=None, cache=None, batch: int = 0
     out.loss = float(loss.item())
     return out
 
+
+def _targets(targets, shape: tuple, loss_at) -> np.ndarray:
+    """Targets (B, n) for tokens of ``shape`` (B, n): every position not in ``loss_at`` set to IGNORE_INDEX."""
+    B, n = shape
+    targets = np.asarray(targets)
+    given = targets.shape
+    if targets.dtype.kind not in "iu":
+        raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
+    if targets.ndim == 1 and B == 1:
+        targets = targets[None]
+    if loss_at is None:
+        if targets.shape != shape:
+            raise ValueError(f"targets of shape {given} do not match the tokens' shape {shape}")
+        return targets
+    at = np.atleast_1d(np.asarray(loss_at))
+    if at.size == 0 or at.ndim != 1 or at.dtype.kind not in "iu" or isinstance(loss_at, bool):
+        raise TypeError(f"loss_at must be a position or a non-empty list of positions, got {loss_at!r}")
+    if np.any((at < -n) | (at >= n)):
+        raise ValueError(f"loss_at {at.tolist()} out of range: the tokens have positions 0..{n - 1} "
+                         f"(or -{n}..-1 from the end)")
+    at = at % n
+    if len(set(at.tolist())) != len(at):
+        raise ValueError(f"loss_at lists a position twice: {np.asarray(loss_at).tolist()}")
+    full = np.full(shape, IGNORE_INDEX, dtype=np.int64)
+    if targets.shape == shape:
+        full[:, at] = targets[:, at]
+    elif targets.shape == (B, len(at)):
+        full[:, at] = targets
+    else:
+        raise ValueError(f"targets of shape {given} match neither the tokens' shape {shape} "
+                         f"nor the {len(at)} position(s) of loss_at")
+    return full

@@ -54,16 +54,33 @@
     async get(kind, body) { return fetchJSON("POST", "api/" + kind, body); },
   };
 
+  // A busy server (503) or too many requests from this browser (429) says when to come back:
+  // the page says "busy, retrying", waits that long and asks again.
+  const RETRIES = 10;
+  function busyNote(text) {
+    let note = $("busy-line");
+    if (!note) { note = el("p", {id: "busy-line", class: "muted small", role: "status"}); $("model-line").after(note); }
+    note.textContent = text;
+    note.hidden = !text;
+  }
+
   async function fetchJSON(method, url, body) {
     let r;
-    try {
-      r = await fetch(url, {
-        method, headers: body ? {"Content-Type": "application/json"} : {},
-        body: body ? JSON.stringify(body) : undefined,
-      });
-    } catch (e) {                      // no answer at all: the server process is gone
-      throw new Error("the inspector's server is not answering (was it stopped?); start `glassllm inspect` again");
+    for (let attempt = 0; ; attempt++) {
+      try {
+        r = await fetch(url, {
+          method, headers: body ? {"Content-Type": "application/json"} : {},
+          body: body ? JSON.stringify(body) : undefined,
+        });
+      } catch (e) {                    // no answer at all: the server process is gone
+        throw new Error("the inspector's server is not answering (was it stopped?); start `glassllm inspect` again");
+      }
+      if ((r.status !== 503 && r.status !== 429) || attempt >= RETRIES) break;
+      const wait = Math.min(30, Math.max(1, Number(r.headers.get("Retry-After")) || 1));
+      busyNote(`busy, retrying in ${wait} s…`);
+      await new Promise((res) => setTimeout(res, wait * 1000));
     }
+    busyNote("");
     let data;
     try { data = await r.json(); } catch (e) { throw new Error(`server answered ${r.status} without JSON`); }
     if (!r.ok) throw new Error(data.error || `server answered ${r.status}`);
@@ -162,7 +179,7 @@
   let nextData = null;               // {logits, after?} of the current step
   const glass = {
     state, requestKey, timings: [], colors: COLORS,
-    heatmap: null, next: null,
+    heatmap: null, next: null, lens: null, attribution: null,
     // Select layer / snapshot / head / gradient, like the page's controls; resolves once drawn.
     async select(sel) { Object.assign(state, normalizeSelection(sel)); syncControls(); await loadView(); },
     async run(prompt) { $("prompt").value = prompt; await runPrompt(); },
@@ -384,8 +401,75 @@
         return;
       }
       syncControls();
-      await Promise.all([loadView(), loadNext()]);
+      await Promise.all([loadView(), loadNext(), loadLens(), loadAttribution()]);
     });
+  }
+
+  // ------------------------------------------------------------------ logit lens and direct attribution
+  // Both describe the prompt's own pass (no intervention, no decoding step): glassllm.trace.lens_top and
+  // glassllm.trace.direct_attribution answer them. glass.lens and glass.attribution hold what is shown.
+  const LENS_COLUMNS = 12;
+  async function loadLens() {
+    const err = $("lens-error"), table = $("lens");
+    try {
+      const r = await ask("lens", {prompt: state.prompt});
+      glass.lens = r;
+      err.hidden = true;
+      // The last LENS_COLUMNS positions only: a table cell per stream and position (the page stays small).
+      const first = Math.max(0, r.pieces.length - LENS_COLUMNS);
+      $("lens-note").textContent = first > 0 ? `positions ${first}–${r.pieces.length - 1} of ${r.pieces.length}` : "";
+      const head = el("tr");
+      head.append(el("th", {}, "stream ↓ · position →"));
+      r.pieces.slice(first).forEach((p, j) => head.append(
+        el("th", {title: `position ${first + j}`}, `${first + j} ${clip(show(p), 10)}`)));
+      const rows = r.streams.map((name, s) => {
+        const tr = el("tr");
+        tr.append(el("th", {}, name));
+        r.top_pieces[s].slice(first).forEach((piece, j) => {
+          const i = first + j;
+          const p = r.prob[s][i];
+          const td = el("td", {title: `${name}, position ${i}: ${JSON.stringify(piece)} (id ${r.top[s][i]}), p = ${p}`});
+          td.style.background = `rgba(44, 111, 187, ${(0.6 * p).toFixed(3)})`;
+          td.append(document.createTextNode(clip(show(piece), 10)), el("small", {}, p.toFixed(2)));
+          tr.append(td);
+        });
+        return tr;
+      });
+      table.replaceChildren(head, ...rows);
+    } catch (e) {
+      glass.lens = null;
+      table.replaceChildren();
+      err.textContent = e.message;
+      err.hidden = false;
+    }
+  }
+
+  async function loadAttribution() {
+    const err = $("attr-error"), list = $("attr-bars");
+    try {
+      const r = await ask("attribution", {prompt: state.prompt});
+      glass.attribution = r;
+      err.hidden = true;
+      $("attr-line").textContent = `Logit of ${JSON.stringify(r.piece)} (id ${r.token}) at position ${r.position}: `
+        + `${fmt(r.total)}, split into what each part writes directly (the final norm's scale frozen).`;
+      const top = Math.max(...r.values.map(Math.abs), 1e-12);
+      list.replaceChildren(...r.labels.map((label, i) => {
+        const v = r.values[i], w = (50 * Math.abs(v) / top).toFixed(2);
+        const bar = el("span", {class: "bar " + (v >= 0 ? "pos" : "neg")});
+        bar.style.width = w + "%";
+        bar.style.left = v >= 0 ? "50%" : (50 - Number(w)) + "%";
+        const track = el("span", {class: "track"});
+        track.append(bar);
+        const li = el("li", {"data-label": label});
+        li.append(el("span", {class: "mono small"}, label), track, el("span", {class: "mono small"}, fmt(v, 3)));
+        return li;
+      }));
+    } catch (e) {
+      glass.attribution = null;
+      list.replaceChildren();
+      err.textContent = e.message;
+      err.hidden = false;
+    }
   }
 
   function drawTokens(pieces, generatedFrom) {

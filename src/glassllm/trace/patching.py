@@ -1,0 +1,201 @@
+"""Activation-patching sweeps: which cells of which snapshot carry the difference between two prompts.
+
+Run the *corrupted* prompt, and put back, one cell at a time, the value that
+snapshot had in the *clean* run; a metric of the output (by default the
+logit difference between the clean and the corrupted run's next tokens at
+the last position) says how much of the clean behaviour that one cell
+restores. The cells:
+
+* :func:`layer_position` -- one position of a snapshot (``resid_pre`` by
+  default) in one layer: an (L, n) map;
+* :func:`heads` -- one head (all positions) of a snapshot with a head axis
+  (``attn.mix`` by default, the per-head output before W_O): (L, H);
+* :func:`head_position` -- one head at one position: (L, H, n).
+
+These are TransformerLens' ``patching.get_act_patch_resid_pre``,
+``get_act_patch_attn_head_out_all_pos`` and ``get_act_patch_attn_head_out_by_pos``.
+Every cell of a layer is one row of a batch, so a layer costs one forward
+(of at most ``max_batch`` rows at a time), not one forward per cell. Results
+are :class:`~glassllm.trace.labelled.Labelled` arrays (``.plot()`` draws them)
+whose ``baseline`` holds the metric of the clean and of the corrupted run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import autograd as ag
+from ..autograd import Tensor
+from .interventions import Intervention
+from .labelled import Labelled
+from .registry import head_axis, resolve
+from .tracer import Tracer, trace
+
+
+def logit_diff(answer: int, wrong: int, position: int = -1):
+    """The metric ``logits[position, answer] - logits[position, wrong]``, one number per batch row.
+
+    >>> metric = logit_diff(2, 0)
+    >>> metric(np.array([[[1.0, 0.0, 3.0]]]))
+    array([2.])
+    """
+    def metric(logits: np.ndarray) -> np.ndarray:
+        return logits[:, position, answer] - logits[:, position, wrong]   # (B,)
+    metric.__name__ = f"logit_diff({answer}, {wrong})"
+    return metric
+
+
+class _Cells(Intervention):
+    """Batch row r of snapshot ``name`` takes ``source`` where ``sel[r]`` is True (no gradients)."""
+
+    def __init__(self, name: str, source: np.ndarray, sel: np.ndarray):
+        self.name, self.source, self.sel = name, source, sel
+
+    def bind(self, axes, config):
+        return [self.name]
+
+    def apply(self, name, t, step):
+        return Tensor(np.where(self.sel, self.source.astype(t.dtype), t.data))   # (B, ...)
+
+
+def _check_pair(model, clean, corrupt):
+    clean, corrupt = model.check_tokens(clean), model.check_tokens(corrupt)
+    if clean.shape[0] != 1 or corrupt.shape[0] != 1:
+        raise ValueError(f"patching compares one clean and one corrupted sequence, got batches of "
+                         f"{clean.shape[0]} and {corrupt.shape[0]}")
+    if clean.shape != corrupt.shape:
+        raise ValueError(f"clean and corrupted prompts must have the same length to patch position by "
+                         f"position, got {clean.shape[1]} and {corrupt.shape[1]} tokens")
+    return clean[0], corrupt[0]
+
+
+def _metric_of(metric, logits: np.ndarray) -> np.ndarray:
+    """metric over a batch of logits (B, n, V): one number per row (calling it row by row if it gives one)."""
+    out = np.asarray(metric(logits), dtype=np.float64)
+    if out.shape == (len(logits),):
+        return out
+    if len(logits) == 1 and out.size == 1:
+        return out.reshape(1)
+    rows = [np.asarray(metric(logits[r:r + 1]), dtype=np.float64) for r in range(len(logits))]
+    if any(r.size != 1 for r in rows):
+        raise ValueError(f"metric must give one number per batch row of logits (B, n, V), got shape {out.shape}")
+    return np.array([float(r.reshape(())) for r in rows])
+
+
+class _Sweep:
+    """The clean values of one snapshot in every layer, and the runs that patch them into the corrupted prompt."""
+
+    def __init__(self, model, clean, corrupt, name: str, metric, max_batch: int):
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        self.model, self.max_batch = model, max_batch
+        self.clean, self.corrupt = _check_pair(model, clean, corrupt)
+        axes = model.snapshot_axes()
+        self.L = model.config.n_layers
+        self.names = [resolve(name, axes, layer=i)[0] for i in range(self.L)]
+        self.axes = axes[self.names[0]]
+        with ag.no_grad():
+            source = trace(model, self.clean, names=self.names + ["logits"])
+            plain = trace(model, self.corrupt, names=["logits"]).get("logits")
+        self.source = {k: source.get(k) for k in self.names}
+        if metric is None:
+            answer, wrong = int(source.get("logits")[-1].argmax()), int(plain[-1].argmax())
+            if answer == wrong:
+                raise ValueError(f"the clean and the corrupted prompt both predict token {answer} next, so the "
+                                 "default metric (their logit difference) is 0 everywhere; pass metric=")
+            metric = logit_diff(answer, wrong)
+        self.metric = metric
+        self.baseline = {"clean": float(_metric_of(metric, source.get("logits")[None])[0]),
+                         "corrupt": float(_metric_of(metric, plain[None])[0])}
+
+    def run(self, layer: int, sels: np.ndarray) -> np.ndarray:
+        """The metric with cell r patched in row r: sels (R, *snapshot shape) bool -> (R,)."""
+        name, out = self.names[layer], []
+        for lo in range(0, len(sels), self.max_batch):
+            sel = sels[lo: lo + self.max_batch]
+            tokens = np.broadcast_to(self.corrupt, (len(sel), len(self.corrupt)))   # (R, n)
+            with ag.no_grad(), Tracer(self.model, names=[], interventions=_Cells(name, self.source[name], sel)):
+                logits = self.model(tokens).data                                        # (R, n, V)
+            out.append(_metric_of(self.metric, logits))
+        return np.concatenate(out)
+
+    def result(self, values, dims, labels, what: str) -> Labelled:
+        title = f"patching {what}: {getattr(self.metric, '__name__', 'metric')}"
+        return Labelled(values, dims, labels, title, self.baseline)
+
+    def positions(self, tokenizer) -> list:
+        return list(range(len(self.clean))) if tokenizer is None else [
+            f"{i}:{p}" for i, p in enumerate(tokenizer.pieces(self.clean.tolist()))]
+
+    def head_axis(self) -> int:
+        axis = head_axis(self.axes)
+        if axis is None:
+            raise ValueError(f"{self.names[0]!r} has no head axis (axes {', '.join(self.axes)}); "
+                             "patch heads of attn.mix, attn.head_out, attn.softmax, attn.q, ...")
+        return axis
+
+    def shape(self, layer: int) -> tuple:
+        return self.source[self.names[layer]].shape
+
+
+def layer_position(model, clean, corrupt, *, name: str = "resid_pre", metric=None, tokenizer=None,
+                   max_batch: int = 64) -> Labelled:
+    """Patch snapshot ``name`` (layer-local, with an n axis) of each layer at each position: (L, n).
+
+    ``metric(logits (B, n, V)) -> (B,)``; default: the logit difference, at the
+    last position, between the clean run's most likely next token and the
+    corrupted run's. ``tokenizer`` labels positions with token pieces.
+
+    >>> from glassllm.nn import Transformer
+    >>> sweep = layer_position(Transformer(seed=0), [1, 2, 3], [1, 5, 3], metric=logit_diff(7, 8))
+    >>> sweep.dims, sweep.shape
+    (('layer', 'position'), (4, 3))
+    """
+    s = _Sweep(model, clean, corrupt, name, metric, max_batch)
+    if "n" not in s.axes:
+        raise ValueError(f"{s.names[0]!r} has no position axis n (axes {', '.join(s.axes)})")
+    n, axis = len(s.clean), s.axes.index("n")
+    values = np.zeros((s.L, n))
+    for layer in range(s.L):
+        sels = np.zeros((n,) + s.shape(layer), dtype=bool)             # (n, *shape): row p patches position p
+        for p in range(n):
+            sels[(p,) + (slice(None),) * axis + (p,)] = True
+        values[layer] = s.run(layer, sels)
+    return s.result(values, ("layer", "position"), [range(s.L), s.positions(tokenizer)], name)
+
+
+def heads(model, clean, corrupt, *, name: str = "attn.mix", metric=None, max_batch: int = 64) -> Labelled:
+    """Patch one head of snapshot ``name`` (all its positions) in each layer: (L, heads).
+
+    Default ``attn.mix``: a head's output before W_O (TransformerLens' ``hook_z``).
+    """
+    s = _Sweep(model, clean, corrupt, name, metric, max_batch)
+    axis = s.head_axis()
+    count = s.shape(0)[axis]
+    values = np.zeros((s.L, count))
+    for layer in range(s.L):
+        sels = np.zeros((count,) + s.shape(layer), dtype=bool)         # (heads, *shape)
+        for h in range(count):
+            sels[(h,) + (slice(None),) * axis + (h,)] = True
+        values[layer] = s.run(layer, sels)
+    return s.result(values, ("layer", "head"), [range(s.L), range(count)], name)
+
+
+def head_position(model, clean, corrupt, *, name: str = "attn.mix", metric=None, tokenizer=None,
+                  max_batch: int = 64) -> Labelled:
+    """Patch one head of snapshot ``name`` at one position in each layer: (L, heads, n)."""
+    s = _Sweep(model, clean, corrupt, name, metric, max_batch)
+    axis = s.head_axis()
+    if "n" not in s.axes:
+        raise ValueError(f"{s.names[0]!r} has no position axis n (axes {', '.join(s.axes)})")
+    pos_axis, count, n = s.axes.index("n"), s.shape(0)[axis], len(s.clean)
+    values = np.zeros((s.L, count, n))
+    for layer in range(s.L):
+        sels = np.zeros((count * n,) + s.shape(layer), dtype=bool)     # (heads * n, *shape)
+        for h in range(count):
+            for p in range(n):
+                index = [slice(None)] * len(s.axes)
+                index[axis], index[pos_axis] = h, p
+                sels[(h * n + p,) + tuple(index)] = True
+        values[layer] = s.run(layer, sels).reshape(count, n)
+    return s.result(values, ("layer", "head", "position"), [range(s.L), range(count), s.positions(tokenizer)], name)

@@ -1,0 +1,204 @@
+"""glassllm's interpretability tools against TransformerLens itself (float32, 1e-4).
+
+A small random glassllm model is written to a temporary folder, exported as a
+Hugging Face Llama (``glassllm export ... --format hf``), and loaded by
+TransformerLens' ``TransformerBridge.boot_transformers`` from that folder (no
+hub): once with its weights unprocessed, once with the norms folded into the
+next matrices (what its logit lens and ``logit_attrs`` expect). On two prompts:
+
+- every snapshot with a TransformerLens counterpart (``transformer_lens_name``)
+  holds that hook's numbers, after ``to_transformer_lens``'s layout change --
+  ``attn.head_out`` against ``hook_result`` among them;
+- ``logit_lens`` against ``accumulated_resid(apply_ln=True) @ W_U``;
+- ``logit_attrs`` against ``cache.logit_attrs`` on the stack of the embedding,
+  ``stack_head_results`` and the MLP outputs;
+- a layer x position patching sweep against the same sweep with TransformerLens hooks;
+- a ``Hook`` under backward against a TransformerLens hook under backward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformer_lens")
+
+from glassllm import checkpoint, cli  # noqa: E402
+from glassllm.config import ModelConfig  # noqa: E402
+from glassllm.nn import Transformer  # noqa: E402
+from glassllm.tokenizer import Tokenizer  # noqa: E402
+from glassllm.trace import Hook, Tracer, logit_attrs, logit_lens, patching, registry, trace  # noqa: E402
+from glassllm.trace.names import to_transformer_lens, transformer_lens_name  # noqa: E402
+from glassllm_testing import randomize  # noqa: E402
+
+CONFIG = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
+PROMPTS = ["the cat sat on the mat. the cat", "the dog ran to the cat, and the dog sat"]
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def ours(tmp_path_factory):
+    """(model, tokenizer, Hugging Face folder): a random model written and exported through the CLI."""
+    folder = tmp_path_factory.mktemp("tl")
+    tok = Tokenizer.train(["the cat sat on the mat. the dog ran to the cat. " * 20], vocab_size=CONFIG.vocab_size)
+    model = randomize(Transformer(CONFIG, seed=0), np.random.default_rng(1))
+    checkpoint.save_model(folder / "tiny.safetensors", model, tok)
+    assert cli.main(["export", str(folder / "tiny.safetensors"), "--format", "hf", str(folder / "hf")]) == 0
+    return model, tok, folder / "hf"
+
+
+def _boot(folder, **compat):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(str(folder), device="cpu", dtype=torch.float32)
+    bridge.enable_compatibility_mode(disable_warnings=True, **compat)
+    bridge.set_use_attn_result(True)
+    return bridge
+
+
+@pytest.fixture(scope="module")
+def raw(ours):
+    """The bridge with its weights as exported."""
+    return _boot(ours[2], no_processing=True)
+
+
+@pytest.fixture(scope="module")
+def folded(ours):
+    """The bridge with the norms' gains folded into the next matrices (no centering: RMSNorm has no mean)."""
+    return _boot(ours[2], fold_ln=True, center_writing_weights=False, center_unembed=False)
+
+
+def _ids(tok, text):
+    return np.array(tok.encode(text, allowed_special="all"))
+
+
+def _np(x):
+    return x.detach().double().numpy()
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_every_counterpart_holds_the_same_numbers(ours, raw, text):
+    model, tok, _ = ours
+    ids = _ids(tok, text)
+    _, cache = raw.run_with_cache(torch.tensor(ids[None]))
+    t = trace(model, ids)
+    missing = []
+    for name in registry(model):
+        hook = transformer_lens_name(name)
+        if hook is None:
+            missing.append(name.split(".", 2)[-1])
+            continue
+        mask = t.get(name.replace("scores", "mask")) if name.endswith("attn.scores") else None
+        want = _np(cache[hook][0])                                     # batch removed
+        got = to_transformer_lens(name, t.get(name), mask)
+        assert got.shape == want.shape, name
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want), err_msg=name)
+        np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], **TOL, err_msg=name)
+    assert sorted(set(missing)) == ["attn.cache_k", "attn.cache_v", "attn.mask", "mlp.act", "probs"]
+    # head_out against hook_result, and its sum over the heads against the attention output.
+    for i in range(CONFIG.n_layers):
+        result = _np(cache[f"blocks.{i}.attn.hook_result"][0])        # (n, H, C)
+        np.testing.assert_allclose(t.get("attn.head_out", layer=i), result.transpose(1, 0, 2), **TOL)
+        np.testing.assert_allclose(t.get("attn.head_out", layer=i).sum(0), t.get("attn.out", layer=i),
+                                   rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_logit_lens_and_attributions_match(ours, folded, text):
+    model, tok, _ = ours
+    ids = _ids(tok, text)
+    n, L, H = len(ids), CONFIG.n_layers, CONFIG.n_heads
+    logits, cache = folded.run_with_cache(torch.tensor(ids[None]))
+    acc, labels = cache.accumulated_resid(apply_ln=True, return_labels=True)   # (L+1, 1, n, C)
+    want = _np(acc[:, 0] @ folded.W_U)                                          # (L+1, n, V)
+    lens = logit_lens(model, ids)
+    assert len(labels) == lens.shape[0] == L + 1
+    np.testing.assert_allclose(np.asarray(lens), want, **TOL)
+    np.testing.assert_allclose(lens[-1], _np(logits[0]), **TOL)
+
+    # Direct attribution of every part to answer - wrong at every position.
+    parts, part_labels = cache.decompose_resid(return_labels=True)              # embed, attn_out, mlp_out ...
+    heads, head_labels = cache.stack_head_results(layer=-1, return_labels=True)  # L0H0 ...
+    stack = [parts[0]]
+    for i in range(L):
+        stack += list(heads[i * H:(i + 1) * H]) + [parts[part_labels.index(f"{i}_mlp_out")]]
+    answer = np.roll(ids, -1)                                                   # the next token (wrapped)
+    wrong = (ids * 7 + 3) % CONFIG.vocab_size
+    theirs = cache.logit_attrs(torch.stack(stack), tokens=torch.tensor(answer[None]),
+                               incorrect_tokens=torch.tensor(wrong[None]))       # (K, 1, n)
+    attrs = logit_attrs(model, ids, answer, wrong)
+    assert attrs.labels[0][1:H + 1] == head_labels[:H]
+    np.testing.assert_allclose(np.asarray(attrs), _np(theirs[:, 0]), **TOL)
+    np.testing.assert_allclose(np.asarray(attrs).sum(0), attrs.baseline["total"], rtol=0, atol=1e-4)
+
+
+def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
+    model, tok, _ = ours
+    clean = _ids(tok, PROMPTS[0])
+    corrupt = clean.copy()
+    corrupt[2] = (clean[2] + 1) % CONFIG.vocab_size
+    answer, wrong = int(clean[1]), int(clean[4])
+    sweep = patching.layer_position(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
+    _, cache = raw.run_with_cache(torch.tensor(clean[None]))
+    want = np.zeros(sweep.shape)
+    for layer in range(CONFIG.n_layers):
+        hook = f"blocks.{layer}.hook_resid_pre"
+        for p in range(len(clean)):
+            def put_back(act, hook=None, p=p, clean_act=cache[hook][:, p].clone()):
+                act = act.clone()
+                act[:, p] = clean_act
+                return act
+            with torch.no_grad():
+                logits = raw.run_with_hooks(torch.tensor(corrupt[None]), fwd_hooks=[(hook, put_back)])
+            want[layer, p] = float(logits[0, -1, answer] - logits[0, -1, wrong])
+    assert np.ptp(want) > 1e-2                                       # the cells differ: a real comparison
+    np.testing.assert_allclose(np.asarray(sweep), want, **TOL)
+
+
+def test_a_hook_under_backward_matches_a_transformer_lens_hook(ours, raw):
+    model, tok, _ = ours
+    ids = _ids(tok, PROMPTS[1])
+    targets = np.roll(ids, -1)
+    scale = np.array([1.0, 0.5, -2.0, 1.5], dtype=np.float32)
+
+    # glassllm: scale each head's output before W_O; gradients flow through the hook.
+    hook = Hook("layers.0.attn.mix", lambda v, ctx: v * scale[:, None, None])
+    t = trace(model, ids, names=["embed", "layers.0.attn.v", "logits"], targets=targets, interventions=hook)
+
+    # TransformerLens: the same on hook_z, with the embedding's and v's gradients kept.
+    kept = {}
+
+    def keep(act, hook):
+        act.retain_grad()
+        kept[hook.name] = act
+        return act
+
+    def scale_z(z, hook):
+        return z * torch.tensor(scale)[None, None, :, None]                    # (B, n, H, D)
+
+    logits = raw.run_with_hooks(torch.tensor(ids[None]), fwd_hooks=[
+        ("hook_embed", keep), ("blocks.0.attn.hook_v", keep), ("blocks.0.attn.hook_z", scale_z)])
+    loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(targets))
+    loss.backward()
+    assert t.loss == pytest.approx(float(loss.detach()), rel=1e-5)
+    np.testing.assert_allclose(t.get("logits"), _np(logits[0]), **TOL)
+    np.testing.assert_allclose(t.grad("embed"), _np(kept["hook_embed"].grad[0]), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(t.grad("attn.v", layer=0), _np(kept["blocks.0.attn.hook_v"].grad[0]).swapaxes(0, 1),
+                               rtol=1e-4, atol=1e-6)
+    assert np.abs(t.grad("attn.v", layer=0)).max() > 1e-4           # the hook did not cut the graph
+
+    # The same numbers from glassllm's float64 path, at 1e-10: the hooked loss's gradient
+    # equals the gradient of the same model with head scaling folded into W_O.
+    model64 = Transformer(CONFIG, seed=0, dtype=np.float64)
+    model64.load_state_dict(model.state_dict())
+    t64 = trace(model64, ids, names=["embed"], targets=targets,
+                interventions=Hook("layers.0.attn.mix", lambda v, ctx: v * scale[:, None, None].astype(np.float64)))
+    state = {k: v.astype(np.float64) for k, v in model.state_dict().items()}
+    D = CONFIG.head_dim
+    state["layers.0.attention.wo.weight"] = state["layers.0.attention.wo.weight"] * np.repeat(scale, D)[None, :]
+    folded_model = Transformer(CONFIG, seed=0, dtype=np.float64)
+    folded_model.load_state_dict(state)
+    with Tracer(folded_model, names=["embed"]) as tracer:
+        folded_model.loss(ids, targets).backward()
+    np.testing.assert_allclose(t64.grad("embed"), tracer.trace.grad("embed"), rtol=1e-10, atol=1e-13)
