@@ -510,3 +510,9 @@ def test_tinystories_valid():
     assert hf.encode(text).ids == ids.tolist()
     head = text[:5000].replace(EOT, "")
     assert tok.encode(head) == reference_encode(tok, head)
+
+
+def test_a_pattern_with_capturing_groups_is_refused_in_one_line():
+    # findall returns a pattern's groups rather than whole chunks, so such a pattern would drop text.
+    with pytest.raises(ValueError, match="capturing groups"):
+        Tokenizer([], pattern=r"(a)|[^a]+")

@@ -546,6 +546,9 @@ class Tokenizer(TextTokenizer):
             if m.start() != at:
                 break
             at = m.end()
+        if at >= len(text):   # every character matched, but findall returned groups, not whole chunks
+            raise ValueError("this tokenizer's pattern has capturing groups, so its chunks do not cover the text; "
+                             "the pattern is not glassllm's (a damaged tokenizer file?)")
         raise ValueError(f"this tokenizer's pattern matches no chunk at {text[at]!r} (index {at}), so encoding "
                          "would drop it; the pattern is not glassllm's (a damaged tokenizer file?)")
 
