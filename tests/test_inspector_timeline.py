@@ -146,7 +146,7 @@ def test_the_export_holds_every_later_layer_under_each_layer0_ablation(tmp_path)
     later = request_key("snapshot", SnapshotRequest(prompt=prompt, name="attn.softmax", layer=2, head=0,
                                                     intervention={"kind": "ablate", "layer": 1, "head": 0}))
     assert later not in responses
-    assert set(stats["parts"]) == {"tokens", "next", "snapshot", "heads", "ablation"}
+    assert {"tokens", "next", "snapshot", "heads", "ablation"} <= set(stats["parts"])
     assert 0 < stats["parts"]["ablation"] < stats["parts"]["snapshot"] and stats["bytes"] > sum(stats["parts"].values())
 
 
