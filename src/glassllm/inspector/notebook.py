@@ -178,6 +178,12 @@ class _Recorded(Inspector):
     def _finished(self, ids, step, run):
         return "this view shows a recorded trace: decoding steps need glassllm.show(prompt)"
 
+    def lens(self, req):
+        raise ValueError("this view shows a recorded trace: the logit lens needs glassllm.show(prompt)")
+
+    def attribution(self, req):
+        raise ValueError("this view shows a recorded trace: attribution needs glassllm.show(prompt)")
+
     def _run_for(self, ids, step, iv, target, grad):
         if iv is not None or step:
             raise ValueError("this view shows a recorded trace: interventions and decoding need glassllm.show(prompt)")
