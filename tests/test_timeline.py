@@ -72,7 +72,7 @@ def test_the_file_round_trips_and_a_bad_file_is_one_line(small, tmp_path):
     np.testing.assert_array_equal(back.induction, tl.induction)
     assert timeline_path_for(tmp_path / "x.safetensors").name == "x.timeline.safetensors"
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(ValueError, match="cannot read the timeline"):
+    with pytest.raises(ValueError, match="cannot read"):
         load_timeline(path)
     with pytest.raises(ValueError, match="no training timeline"):
         load_timeline(tmp_path / "elsewhere")

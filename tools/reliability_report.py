@@ -253,7 +253,8 @@ def classroom_markdown(r: dict) -> str:
     c, env = r["config"], r["environment"]
     load = env.get("load_average_before", [None])[0]
     lines = [f"`{r['command']}` on {env['machine']}, {env['cpu_count']} CPUs"
-             + (f" (load average {load:.1f} at the start: the machine was shared)" if load is not None else "")
+             + (f" (load average {load:.1f} at the start" + (": the machine was shared)" if load > 1.5 else ")")
+                if load is not None else "")
              + f"; JSON: `bench/results/classroom.json`. {c['students']} students for {c['duration_s']:.0f} s, "
              f"{c['bad_students']} of them also sending bad or unauthenticated requests; prompts of "
              f"{c['prompt_tokens']['min']}-{c['prompt_tokens']['max']} tokens; `--cache-mb {c['cache_mb']:g}`.", "",

@@ -168,6 +168,26 @@ def starts_like_safetensors(head: bytes) -> bool:
 _ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
 
 
+def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    """The metadata and tensors of a safetensors file whose metadata says ``format`` ``fmt`` and
+    ``version`` ``version`` (glassllm's training states and timelines are such files). Anything
+    else, or a file safetensors cannot read, is one ``ValueError`` line naming the file and ``what``
+    it should have been."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != fmt or meta.get("version") != version:
+                raise ValueError(f"{str(path)!r} is not {what} "
+                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
+            return meta, {k: f.get_tensor(k) for k in f.keys()}
+    except ValueError:
+        raise
+    except Exception as e:  # safetensors' own error types
+        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
+
+
 def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
 

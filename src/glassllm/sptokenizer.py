@@ -273,7 +273,7 @@ class SPTokenizer(TextTokenizer):
         except UnicodeEncodeError as e:
             raise ValueError(f"text has a lone surrogate {text[e.start]!r} at index {e.start}, "
                              "which is not valid Unicode") from None
-        allowed = self._allowed(allowed_special)
+        allowed = self.allowed(allowed_special)
         out: list[int] = []
         if not allowed:
             self._encode_ordinary(text, True, out)
@@ -285,21 +285,6 @@ class SPTokenizer(TextTokenizer):
             else:
                 self._encode_ordinary(part, k == 0, out)
         return out
-
-    def _allowed(self, allowed_special) -> dict[str, int]:
-        if isinstance(allowed_special, str):
-            if allowed_special == "none":
-                return {}
-            if allowed_special == "all":
-                return self._special
-            raise ValueError(f"allowed_special={allowed_special!r}, expected 'none', 'all' or a set of names")
-        if not isinstance(allowed_special, (set, frozenset, list, tuple)):
-            raise TypeError(f"allowed_special must be 'none', 'all' or a set, got {type(allowed_special).__name__}")
-        for name in allowed_special:
-            if name not in self._special:
-                raise ValueError(f"{name!r} is not a special token of this tokenizer, "
-                                 f"expected one of {sorted(self._special)}")
-        return {name: self._special[name] for name in allowed_special}
 
     def encode_prompt(self, text: str) -> list[int]:
         """What the model reads for ``text``: ``<s>`` first if the model says so, special tokens allowed.

@@ -53,6 +53,24 @@ class TextTokenizer(ABC):
     @abstractmethod
     def special_tokens(self) -> dict[str, int]: ...
 
+    def allowed(self, allowed_special) -> dict[str, int]:
+        """The special tokens ``encode`` may match for ``allowed_special``: ``"none"``, ``"all"`` or a
+        set of their names (name -> id); a name the tokenizer lacks is one ``ValueError`` line."""
+        special = self.special_tokens
+        if isinstance(allowed_special, str):
+            if allowed_special == "none":
+                return {}
+            if allowed_special == "all":
+                return dict(special)
+            raise ValueError(f"allowed_special={allowed_special!r}, expected 'none', 'all' or a set of names")
+        if not isinstance(allowed_special, (set, frozenset, list, tuple)):
+            raise TypeError(f"allowed_special must be 'none', 'all' or a set, got {type(allowed_special).__name__}")
+        for name in allowed_special:
+            if name not in special:
+                raise ValueError(f"{name!r} is not a special token of this tokenizer, "
+                                 f"expected one of {sorted(special)}")
+        return {name: special[name] for name in allowed_special}
+
     @property
     @abstractmethod
     def bos_id(self) -> int | None: ...

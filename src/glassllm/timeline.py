@@ -192,29 +192,22 @@ def _append(stack: np.ndarray | None, row: np.ndarray) -> np.ndarray:
 
 def load_timeline(path) -> Timeline:
     """Read a timeline file (or the one of a run folder or model file: :func:`timeline_path_for`)."""
-    from safetensors import safe_open
+    from .files import read_tagged
 
     path = Path(path)
     if path.is_dir() or not path.name.endswith("timeline.safetensors"):
         path = timeline_path_for(path)
     if not path.is_file():
         raise ValueError(f"no training timeline at {str(path)!r} (runs record one as they train)")
+    meta, tensors = read_tagged(path, TIMELINE_FORMAT, TIMELINE_VERSION, "a glassllm timeline")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != TIMELINE_FORMAT or meta.get("version") != TIMELINE_VERSION:
-                raise ValueError(f"{str(path)!r} is not a glassllm timeline "
-                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
         config = ModelConfig.from_json(meta["model_config"])
         tl = Timeline(ids=json.loads(meta["ids"]), pieces=json.loads(meta["pieces"]), period=int(meta["period"]),
                       config=config, schedule=json.loads(meta["schedule"]), steps=json.loads(meta["steps"]),
                       rows=json.loads(meta["rows"]), attn=tensors["attn"].astype(np.float32),
                       probs=tensors["probs"].astype(np.float32),
                       induction=tensors["induction"].astype(np.float32), history=json.loads(meta["history"]))
-    except ValueError:
-        raise
-    except Exception as e:  # safetensors' and json's own error types, a missing key
+    except (KeyError, TypeError, ValueError) as e:   # a missing or malformed field
         raise ValueError(f"cannot read the timeline {str(path)!r}: {type(e).__name__}: {e}") from None
     S, n = len(tl.steps), len(tl.ids)
     L, H, V = config.n_layers, config.n_heads, config.vocab_size

@@ -565,21 +565,6 @@ class Tokenizer(TextTokenizer):
             elif part:
                 self._encode_ordinary(part, out)
 
-    def _allowed(self, allowed_special) -> dict[str, int]:
-        if isinstance(allowed_special, str):
-            if allowed_special == "none":
-                return {}
-            if allowed_special == "all":
-                return self._special
-            raise ValueError(f"allowed_special={allowed_special!r}, expected 'none', 'all' or a set of names")
-        if not isinstance(allowed_special, (set, frozenset, list, tuple)):
-            raise TypeError(f"allowed_special must be 'none', 'all' or a set, got {type(allowed_special).__name__}")
-        for name in allowed_special:
-            if name not in self._special:
-                raise ValueError(f"{name!r} is not a special token of this tokenizer, "
-                                 f"expected one of {sorted(self._special)}")
-        return {name: self._special[name] for name in allowed_special}
-
     def encode(self, text: str, allowed_special="none") -> list[int]:
         """The ids of ``text``.
 
@@ -597,7 +582,7 @@ class Tokenizer(TextTokenizer):
                             + ("; use encode_bytes for bytes" if isinstance(text, (bytes, bytearray)) else ""))
         _check_text(text)
         out: list[int] = []
-        self._encode_with_specials(text, self._allowed(allowed_special), out)
+        self._encode_with_specials(text, self.allowed(allowed_special), out)
         return out
 
     def encode_prompt(self, text: str) -> list[int]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_path, atomic_write, make_folder
+from ..files import atomic_path, atomic_write, make_folder, read_tagged
 
 __all__ = ["RUN_FILES", "STATE_FORMAT", "STATE_VERSION", "write_state", "read_state", "write_loss_csv",
            "write_loss_png", "lock_run_folder"]
@@ -41,26 +41,13 @@ def write_state(path, tensors: dict[str, np.ndarray], meta: dict[str, str]) -> N
 def read_state(out_dir) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """The metadata and tensors of ``out_dir/train_state.safetensors``; half-written temporary files
     of a run killed mid-save are removed first. One ``ValueError`` line for anything unreadable."""
-    from safetensors import safe_open
-
     path = Path(out_dir) / "train_state.safetensors"
     if not path.is_file():
         raise ValueError(f"cannot resume: {str(path)!r} does not exist (start a run without --resume)")
     for name in RUN_FILES:
         for stale in Path(out_dir).glob(f".{name}.*.tmp"):
             stale.unlink(missing_ok=True)
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
-                raise ValueError(f"{str(path)!r} is not a glassllm training state "
-                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except ValueError:
-        raise
-    except Exception as e:  # safetensors' own error types
-        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
-    return meta, tensors
+    return read_tagged(path, STATE_FORMAT, STATE_VERSION, "a glassllm training state")
 
 
 def write_loss_csv(history: list[dict], path) -> None:
