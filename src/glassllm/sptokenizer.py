@@ -113,7 +113,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -316,29 +316,13 @@ class SPTokenizer(TextTokenizer):
 
     # -- decoding ------------------------------------------------------------------
 
-    def _check_ids(self, ids) -> list[int]:
-        n = len(self._pieces)
-        if isinstance(ids, np.ndarray):
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
-            ids = ids.tolist()
-        elif isinstance(ids, (str, bytes, Set, Mapping)) or not isinstance(ids, Iterable):
-            raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
-        ids = list(ids)
-        for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
-                raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")
-            if not 0 <= i < n:
-                raise ValueError(f"token id {i} is out of range, expected 0 <= id < {n}")
-        return [int(i) for i in ids]
-
     def token_bytes(self, token_id: int, after: int | None = None) -> bytes:
         """The bytes ``token_id`` adds to the text after the id ``after`` (None: at the start).
 
         The dummy prefix is taken back: a piece at the start or right after
         ``<s>`` loses one leading space.
         """
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         kind = self._types[i]
         if kind == "byte":
             return bytes([int(self._pieces[i][3:5], 16)])
@@ -353,17 +337,17 @@ class SPTokenizer(TextTokenizer):
 
     def decode_bytes(self, ids) -> bytes:
         """The bytes of ``ids``: each id's :meth:`token_bytes` after the one before it."""
-        ids = self._check_ids(ids)
+        ids = self.check_ids(ids)
         return b"".join(self.token_bytes(i, ids[k - 1] if k else None) for k, i in enumerate(ids))
 
     def piece(self, token_id: int) -> str:
         """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``), control
         characters shown as escapes (``\\n``) so that they neither move the cursor nor vanish."""
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         return self._pieces[i].translate(CONTROL_ESCAPES)
 
     def pieces(self, ids) -> list[str]:
-        return [self._pieces[i].translate(CONTROL_ESCAPES) for i in self._check_ids(ids)]
+        return [self._pieces[i].translate(CONTROL_ESCAPES) for i in self.check_ids(ids)]
 
     # -- properties ------------------------------------------------------------------
 
@@ -406,11 +390,11 @@ class SPTokenizer(TextTokenizer):
         return self._byte_fallback
 
     def score(self, token_id: int) -> float:
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         return self._scores[i]
 
     def piece_type(self, token_id: int) -> str:
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         return self._types[i]
 
     def piece_id(self, piece: str) -> int | None:

@@ -8,8 +8,12 @@ SentencePiece :class:`~glassllm.sptokenizer.SPTokenizer` derive from it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Set
+from pathlib import Path
 
-__all__ = ["TextTokenizer", "KINDS"]
+import numpy as np
+
+__all__ = ["TextTokenizer", "KINDS", "read_tokenizer_file"]
 
 KINDS = ("byte-bpe", "sentencepiece-bpe")
 
@@ -53,6 +57,26 @@ class TextTokenizer(ABC):
     @abstractmethod
     def special_tokens(self) -> dict[str, int]: ...
 
+    def check_ids(self, ids) -> list[int]:
+        """``ids`` as a list of ints, each a valid id of this tokenizer; a ``TypeError`` or ``ValueError``
+        line for anything else (a set or a dict has no order of its own, so it is refused)."""
+        n = self.vocab_size
+        if type(ids) is list and all(type(i) is int and 0 <= i < n for i in ids):
+            return ids  # the common case (one decoding step's [id]), checked without the general walk
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
+            ids = ids.tolist()
+        elif isinstance(ids, (str, bytes, Set, Mapping)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
+        ids = list(ids)
+        for i in ids:
+            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+                raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")
+            if not 0 <= i < n:
+                raise ValueError(f"token id {i} is out of range, expected 0 <= id < {n}")
+        return [int(i) for i in ids]
+
     def allowed(self, allowed_special) -> dict[str, int]:
         """The special tokens ``encode`` may match for ``allowed_special``: ``"none"``, ``"all"`` or a
         set of their names (name -> id); a name the tokenizer lacks is one ``ValueError`` line."""
@@ -85,3 +109,18 @@ class TextTokenizer(ABC):
 
     @abstractmethod
     def to_json(self) -> str: ...
+
+
+def read_tokenizer_file(path, parse):
+    """``parse`` applied to the bytes of the tokenizer file ``path``; a missing or unreadable file, or
+    one ``parse`` refuses, is one ``ValueError`` line naming the file."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
+    try:
+        return parse(data)
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r}: {e}") from None

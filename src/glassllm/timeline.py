@@ -136,7 +136,7 @@ class Timeline:
         from .generate import generate_text
         from .trace import trace
 
-        L, H, n = self.config.n_layers, self.config.n_heads, len(self.ids)
+        L, n = self.config.n_layers, len(self.ids)
         tr = trace(model, self.ids, names=["attn.softmax", "probs"])
         attn = np.stack([tr.get(f"layers.{l}.attn.softmax") for l in range(L)]).astype(np.float32)  # (L, H, n, n)
         probs = np.asarray(tr.get("probs")[-1], dtype=np.float32)                                 # (V,)

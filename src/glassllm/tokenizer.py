@@ -102,7 +102,6 @@ import os
 import re
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Set
 from itertools import chain, repeat
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -110,7 +109,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .files import atomic_write
-from .texttokenizer import TextTokenizer
+from .texttokenizer import TextTokenizer, read_tokenizer_file
 
 __all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair", "documents", "folder_texts", "text_files",
            "is_path", "read_blocks", "CONTROL_ESCAPES"]
@@ -617,29 +616,10 @@ class Tokenizer(TextTokenizer):
 
     # -- decoding and display ------------------------------------------------
 
-    def _check_ids(self, ids) -> list[int]:
-        n = len(self._bytes)
-        if type(ids) is list and all(type(i) is int and 0 <= i < n for i in ids):
-            return ids  # the common case (one decoding step's [id]), checked without the general walk
-        if isinstance(ids, np.ndarray):
-            if ids.ndim != 1 or ids.dtype.kind not in "iu":
-                raise TypeError(f"ids must be a 1-D integer array, got {ids.ndim}-D {ids.dtype}")
-            ids = ids.tolist()
-        elif isinstance(ids, (str, bytes, Set, Mapping)) or not isinstance(ids, Iterable):
-            # (a set or a dict has no order of its own: its ids would decode in hash or key order)
-            raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
-        ids = list(ids)
-        for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
-                raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")
-            if not 0 <= i < n:
-                raise ValueError(f"token id {i} is out of range, expected 0 <= id < {n}")
-        return ids
-
     def decode_bytes(self, ids) -> bytes:
         """The bytes of ``ids`` (special tokens give their text's bytes)."""
         table = self._bytes
-        return b"".join([table[i] for i in self._check_ids(ids)])
+        return b"".join([table[i] for i in self.check_ids(ids)])
 
     def decode(self, ids) -> str:
         """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
@@ -647,7 +627,7 @@ class Tokenizer(TextTokenizer):
 
     def token_bytes(self, token_id: int, after: int | None = None) -> bytes:
         """The bytes of one id (whatever comes before it: ``after`` is ignored)."""
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         return self._bytes[i]
 
     def piece(self, token_id: int) -> str:
@@ -656,14 +636,14 @@ class Tokenizer(TextTokenizer):
         Bytes that are not complete UTF-8 show as ``\\xNN`` escapes, control
         characters as ``\\n``, ``\\t``, ``\\xNN``; special tokens as their name.
         """
-        (i,) = self._check_ids([token_id])
+        (i,) = self.check_ids([token_id])
         if i >= 256 + len(self._merges):
             return self._bytes[i].decode("utf-8")  # a special token: its name
         return _readable(self._bytes[i])
 
     def pieces(self, ids) -> list[str]:
         """:meth:`piece` of each id."""
-        return [self.piece(i) for i in self._check_ids(ids)]
+        return [self.piece(i) for i in self.check_ids(ids)]
 
     # -- properties ------------------------------------------------------------
 
@@ -771,13 +751,4 @@ class Tokenizer(TextTokenizer):
     @classmethod
     def load(cls, path) -> "Tokenizer":
         """Read a file written by :meth:`save`; every problem is one ``ValueError`` naming the file."""
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
-        except OSError as e:
-            raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
-        try:
-            return cls.from_json(data)
-        except ValueError as e:
-            raise ValueError(f"{str(path)!r}: {e}") from None
+        return read_tokenizer_file(path, cls.from_json)

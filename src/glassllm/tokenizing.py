@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 
 from .sptokenizer import SPTokenizer
-from .texttokenizer import KINDS, TextTokenizer
+from .texttokenizer import KINDS, TextTokenizer, read_tokenizer_file
 from .tokenizer import Tokenizer
 
 __all__ = ["TextTokenizer", "tokenizer_from_json", "load_tokenizer", "KINDS"]
@@ -64,15 +64,4 @@ def tokenizer_from_json(text) -> TextTokenizer:
 
 def load_tokenizer(path) -> TextTokenizer:
     """A tokenizer file of either kind; every problem is one ``ValueError`` naming the file."""
-    from pathlib import Path
-
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"tokenizer file not found: {str(path)!r}") from None
-    except OSError as e:
-        raise ValueError(f"cannot read tokenizer file {str(path)!r}: {e.strerror or e}") from None
-    try:
-        return tokenizer_from_json(data)
-    except ValueError as e:
-        raise ValueError(f"{str(path)!r}: {e}") from None
+    return read_tokenizer_file(path, tokenizer_from_json)
