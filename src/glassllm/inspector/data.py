@@ -268,10 +268,7 @@ class Inspector:
             raise ValueError(f"gradients are shown for the prompt's pass only (step 0), got step {req.step}")
         if req.intervention is not None and req.step:
             raise ValueError(f"interventions apply to the prompt's pass only (step 0), got step {req.step}")
-        if req.target is not None and not req.grad:
-            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
-        if req.target is not None and req.target >= self.config.vocab_size:
-            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        self._check_target(req)
         ids = self.encode(req.prompt)
         self._check_intervention(req.intervention, len(ids))
 
@@ -311,6 +308,13 @@ class Inspector:
         }
         return out
 
+    def _check_target(self, req) -> None:
+        """A gradient request's target: only with ``grad``, and a token id of the vocabulary."""
+        if req.target is not None and not req.grad:
+            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
+        if req.target is not None and req.target >= self.config.vocab_size:
+            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+
     # ------------------------------------------------------------------ the head grid
     def heads(self, req: HeadsRequest) -> dict:
         """Every layer's and head's ``attn.softmax`` (or its gradient) of the prompt's pass, as thumbnails.
@@ -319,10 +323,7 @@ class Inspector:
         positions (f = ceil(n / 64), so r = c = ceil(n / f); f = 1 keeps every cell); ``masked``: (L, r, c),
         1 where every cell of a block is a forbidden key. The masked cells of ``values`` are 0.
         """
-        if req.target is not None and not req.grad:
-            raise ValueError(f"target {req.target} is only used with grad true (the token whose loss is differentiated)")
-        if req.target is not None and req.target >= self.config.vocab_size:
-            raise ValueError(f"target {req.target} is out of range [0, {self.config.vocab_size})")
+        self._check_target(req)
         ids = self.encode(req.prompt)
         self._check_intervention(req.intervention, len(ids))
         run = self._run_for(ids, 0, req.intervention, req.target if req.grad else None, req.grad)
