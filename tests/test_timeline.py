@@ -127,3 +127,11 @@ def test_each_evaluation_prints_a_sample(texts, tmp_path):  # noqa: F811
     assert len(evals) == 4 and len(samples) == 4                          # steps 5, 10, 15, 20
     quiet = _cli(*[a for a in _train_args(train, valid, tmp_path / "quiet") if a != "--no-progress"], "--quiet")
     assert quiet.stderr == ""
+
+
+def test_doctests():
+    import doctest
+
+    import glassllm.timeline
+
+    assert doctest.testmod(glassllm.timeline).failed == 0

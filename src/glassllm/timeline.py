@@ -26,7 +26,7 @@ the run's checkpoints as ``timeline.safetensors`` and resumed with it;
 ...                                 ffn_dim=64, max_seq_len=64), seed=0)
 >>> tl = Timeline.for_model(model, tok, steps=100, points=8, span="the cat sat")
 >>> tl.schedule
-[0, 1, 2, 3, 5, 10, 19, 37, 100]
+[0, 1, 2, 4, 7, 14, 27, 52, 100]
 >>> tl.record(model, tok, step=0, tokens=0, lr=0.0, train_loss=None)
 >>> tl.attn.shape == (1, 2, 4, 2 * tl.period, 2 * tl.period), tl.induction.shape
 (True, (1, 2, 4))
@@ -43,7 +43,7 @@ import numpy as np
 
 from .config import ModelConfig
 
-__all__ = ["Timeline", "load_timeline", "timeline_path_for", "log_steps", "PROBE_SPAN", "SAMPLE_PROMPT",
+__all__ = ["Timeline", "load_timeline", "timeline_path_for", "log_steps", "sample_text", "PROBE_SPAN", "SAMPLE_PROMPT",
            "TIMELINE_FORMAT", "TIMELINE_VERSION"]
 
 TIMELINE_FORMAT = "glassllm timeline"
@@ -55,6 +55,18 @@ PROBE_SPAN = "Max the dog found a red ball in the park."
 SAMPLE_PROMPT = "Once upon a time"
 SAMPLE = {"temperature": 0.8, "top_k": 40, "seed": 0, "max_new_tokens": 40}
 HISTORY_ROWS = 600        # at most this many rows of the run's per-step history are kept for the curve
+
+
+def sample_text(model, tokenizer) -> str:
+    """The sample a run prints at each evaluation: :data:`SAMPLE_PROMPT` continued with the fixed
+    :data:`SAMPLE` settings (its own seed: no run's generator is touched), as long as the context allows."""
+    from .generate import generate_text
+
+    room = model.config.max_seq_len - len(tokenizer.encode(SAMPLE_PROMPT))
+    if room <= 0:
+        return ""
+    return generate_text(model, tokenizer, SAMPLE_PROMPT,
+                         **{**SAMPLE, "max_new_tokens": min(SAMPLE["max_new_tokens"], room)})
 
 
 def log_steps(total: int, points: int) -> list[int]:
@@ -133,7 +145,6 @@ class Timeline:
         Nothing here draws from the run's random generators, so recording does
         not change the run.
         """
-        from .generate import generate_text
         from .trace import trace
 
         L, n = self.config.n_layers, len(self.ids)
@@ -144,9 +155,7 @@ class Timeline:
         i = np.arange(P, n)
         induction = attn[:, :, i, i - P + 1].mean(axis=-1)                                        # (L, H)
         result = valid() if valid is not None else None
-        room = self.config.max_seq_len - len(tokenizer.encode(SAMPLE_PROMPT))
-        sample = (generate_text(model, tokenizer, SAMPLE_PROMPT, **{**SAMPLE, "max_new_tokens": min(
-            SAMPLE["max_new_tokens"], room)}) if room > 0 else "")
+        sample = sample_text(model, tokenizer)
         self.steps.append(int(step))
         self.rows.append({"step": int(step), "tokens": int(tokens), "lr": float(lr),
                           "train_loss": None if train_loss is None else float(train_loss),

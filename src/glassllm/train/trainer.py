@@ -34,7 +34,7 @@ from ..data import WindowSampler, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
 from ..nn import Transformer
 from ..optim import AdamW
-from ..timeline import SAMPLE, SAMPLE_PROMPT, Timeline, load_timeline
+from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizer import Tokenizer
 from .config import DTYPES, TrainConfig
 from .evaluate import EvalResult, evaluate
@@ -257,13 +257,7 @@ class Trainer:
 
     def sample(self) -> str:
         """A short continuation of the fixed sample prompt, with a fixed seed (the run's RNG is not touched)."""
-        from ..generate import generate_text
-
-        room = self.model_config.max_seq_len - len(self.tokenizer.encode(SAMPLE_PROMPT))
-        if room <= 0:
-            return ""
-        return generate_text(self.model, self.tokenizer, SAMPLE_PROMPT,
-                             **{**SAMPLE, "max_new_tokens": min(SAMPLE["max_new_tokens"], room)})
+        return sample_text(self.model, self.tokenizer)
 
     def _look(self, result: "EvalResult | None") -> str | None:
         """Record the timeline at this step if it is due; its sample, or None if nothing was recorded."""
