@@ -22,7 +22,7 @@ duration is over:
 
 One student in ten also sends, every third action, a bad or unauthenticated
 request: no token, a wrong token, the cookie from another site's page, a
-foreign Host, an oversized body, malformed JSON, a layer that does not exist.
+foreign Host, an oversized body, malformed JSON.
 
 503 and 429 answers are retried after their ``Retry-After``, as the page does.
 Reported: p50/p95/max latency per kind of request and action, counts by
@@ -31,8 +31,10 @@ refused, and the server's resident memory (sampled every 0.5 s). Targets:
 view switch p95 <= 100 ms, new 256-token prompt <= 3 s, generation step p95
 <= 300 ms, no 5xx but intended 503s, which stay under 1% of requests, and
 peak RSS under the memory at start + ``--cache-mb`` + a working allowance of
-``--allowance-mb`` (default 256: traces being computed, answers being sent,
-and freed memory the process keeps for reuse).
+``--allowance-mb`` (default 128 MB per worker: the pass a worker is computing,
+its gradients, and the answer being sent; the server hands freed memory back
+after each computation). At the end the server's own ``/api/stats`` tells what
+its cache holds.
 
 Run from the repository root (the machine may be shared: be nice)::
 
@@ -70,6 +72,7 @@ WORDS = ("once upon a time there was a little girl named lily she liked to play 
          "the tree and behind the house and found it near the pond the dog was happy and they became best "
          "friends mom said you are very kind and gave them a cake tom and ben ran to the garden to see the "
          "flowers the sun was warm and the bird sang a happy song").split()
+ALLOWANCE_PER_WORKER_MB = 128
 TARGETS = {"view switch p95 ms": 100, "new 256-token prompt p95 s": 3.0, "generation step p95 ms": 300,
            "503 share": 0.01}
 
@@ -102,6 +105,7 @@ class Log:
         self.unauth: list[tuple[str, int]] = []                   # what, status
         self.bad: list[tuple[str, int]] = []
         self.errors: list[str] = []
+        self.refusals: dict[str, int] = {}                       # "kind: message" of 400 answers -> count
 
     def request(self, kind, status, seconds):
         with self.lock:
@@ -110,6 +114,11 @@ class Log:
     def action(self, kind, seconds, tokens=0):
         with self.lock:
             self.actions.append((kind, seconds, tokens))
+
+    def refusal(self, kind, message):
+        with self.lock:
+            key = f"{kind}: {message}"
+            self.refusals[key] = self.refusals.get(key, 0) + 1
 
     def note(self, text):
         with self.lock:
@@ -143,7 +152,9 @@ class Student:
             if r.status_code in (503, 429) and time.monotonic() < self.stop_at:
                 time.sleep(min(30.0, float(r.headers.get("retry-after", "1"))))
                 continue
-            if r.status_code != 200 and r.status_code != 400:
+            if r.status_code == 400:            # an answer the page shows as a message (the text ended ...)
+                self.log.refusal(kind, r.json().get("error", "")[:60])
+            elif r.status_code != 200:
                 self.log.note(f"{kind} {path} -> {r.status_code} {r.text[:200]}")
             return r
         return r
@@ -292,8 +303,9 @@ def main(argv=None) -> int:
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of class (default 300)")
     parser.add_argument("--model", default=None, help="model file (default: the bundled model)")
     parser.add_argument("--cache-mb", type=float, default=512)
-    parser.add_argument("--allowance-mb", type=float, default=256,
-                        help="memory beyond the start and the cache the server may use (work in flight)")
+    parser.add_argument("--allowance-mb", type=float, default=None,
+                        help="memory beyond the start and the cache the server may use: work in flight "
+                             f"(default {ALLOWANCE_PER_WORKER_MB} MB per worker)")
     parser.add_argument("--workers", type=int, default=None, help="server workers (default: one per core)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "classroom.json"))
@@ -303,6 +315,11 @@ def main(argv=None) -> int:
 
     import httpx
     import psutil
+
+    from glassllm.inspector.pool import default_workers
+
+    workers = args.workers or default_workers()
+    allowance_mb = args.allowance_mb if args.allowance_mb is not None else ALLOWANCE_PER_WORKER_MB * workers
 
     from glassllm.checkpoint import bundled_model_path, load_model
 
@@ -353,6 +370,8 @@ def main(argv=None) -> int:
         for t in threads:
             t.join(1)
         rss.append((time.monotonic() - t_start, server.memory_info().rss))
+        with httpx.Client(base_url=base, timeout=60, headers={"Authorization": f"Bearer {token}"}) as c:
+            server_stats = c.get("/api/stats").json()
     finally:
         proc.kill()                                   # it would stop by itself, later
         proc.wait(timeout=30)
@@ -380,7 +399,7 @@ def main(argv=None) -> int:
     unauth_let_in = [w for w, st in log.unauth if st not in (401, 403, 429)]
     bad_let_in = [w for w, st in log.bad if st < 400]
     peak = max(r for _, r in rss)
-    cap = start_rss + (args.cache_mb + args.allowance_mb) * 2**20
+    cap = start_rss + (args.cache_mb + allowance_mb) * 2**20
     view = by_action["view switch"]
     gen = by_action["generation step"]
     new_long = by_action["new prompt, longest"]
@@ -397,8 +416,8 @@ def main(argv=None) -> int:
         "benchmark": "classroom", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": "python bench/bench_classroom.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "config": {"students": args.students, "duration_s": args.duration, "elapsed_s": round(elapsed, 1),
-                   "model": model_path.name, "cache_mb": args.cache_mb, "allowance_mb": args.allowance_mb,
-                   "workers": args.workers or "one per core", "prompt_tokens": {"min": min(lengths),
+                   "model": model_path.name, "cache_mb": args.cache_mb, "allowance_mb": allowance_mb,
+                   "workers": workers, "prompt_tokens": {"min": min(lengths),
                                                                                 "max": longest},
                    "bad_students": sum(1 for s in students if s.bad)},
         "requests": total, "per_second": round(total / elapsed, 1),
@@ -412,8 +431,11 @@ def main(argv=None) -> int:
                          "by_what": {w: sorted({st for ww, st in log.bad if ww == w})
                                      for w in sorted({w for w, _ in log.bad})}},
         "rss_mb": {"start": round(start_rss / 2**20, 1), "peak": round(peak / 2**20, 1),
-                   "end": round(rss[-1][1] / 2**20, 1), "cap": round(cap / 2**20, 1)},
+                   "end": round(rss[-1][1] / 2**20, 1), "cap": round(cap / 2**20, 1),
+                   "cache_at_end": round(server_stats["cache"]["bytes"] / 2**20, 1)},
+        "server_stats": server_stats,
         "checks": checks, "targets": TARGETS, "notes": log.errors,
+        "answered_400": log.refusals,   # the bad students' requests are under "bad_requests"
         "server_stderr_tail": stderr[-2000:],
         "environment": environment(load_before),
     }
@@ -425,7 +447,8 @@ def main(argv=None) -> int:
     print(f"unauthenticated: {len(log.unauth)} sent, {len(unauth_let_in)} let in; bad: {len(log.bad)} sent, "
           f"{len(bad_let_in)} let through")
     print(f"server RSS: start {report['rss_mb']['start']} MB, peak {report['rss_mb']['peak']} MB, "
-          f"cap {report['rss_mb']['cap']} MB")
+          f"cap {report['rss_mb']['cap']} MB (start + {args.cache_mb:g} MB cache + {allowance_mb:g} MB for "
+          f"{workers} workers); the cache held {report['rss_mb']['cache_at_end']} MB at the end")
     for name, ok in checks.items():
         print(f"  {'yes' if ok else 'NO ':3s} {name}")
     if log.errors:

@@ -474,6 +474,87 @@ def test_a_full_pool_answers_503_with_retry_after_instead_of_piling_up(inspector
         s.stop()
 
 
+def test_the_logit_lens_and_attribution_take_a_worker_like_every_pass_of_the_model(inspector, monkeypatch):
+    """They run the model on every call: with the one worker busy and no queue, they are refused, not run."""
+    import threading
+    import time
+
+    import httpx
+
+    from glassllm.inspector.pool import WorkPool
+
+    gate = threading.Event()
+    real = inspector.next_token
+    monkeypatch.setattr(inspector, "next_token", lambda req: gate.wait(10) and real(req))
+    pool = WorkPool(1, queue=0)
+    s = serve(make_app(inspector, pool=pool))
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=10) as c:
+            def hold():                       # a prompt no other test traced: it needs the worker
+                with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=10) as h:
+                    h.post("/api/next", json={"prompt": "Zed hid a key under a log."})
+            held = threading.Thread(target=hold)
+            held.start()
+            deadline = time.monotonic() + 10
+            while pool.admitted < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert pool.admitted == 1
+            for path, body in (("/api/lens", {"prompt": "Mia sat."}), ("/api/attribution", {"prompt": "Mia sat."})):
+                r = c.post(path, json=body)
+                assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1, (path, r.status_code, r.text[:200])
+            gate.set()
+            held.join(10)
+            assert c.post("/api/lens", json={"prompt": "Mia sat."}).status_code == 200
+            assert c.get("/api/stats").json()["pool"]["refused_503"] == 2
+    finally:
+        gate.set()
+        s.stop()
+
+
+def test_freed_heap_memory_goes_back_to_the_system_when_released():
+    """Blocks under glibc's mmap threshold, freed below a live one: they stay resident until released."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from glassllm.heap import release_freed_memory, resident_bytes\n"
+        "blocks = [np.ones(12_000) for _ in range(600)]       # 96 KB each, 58 MB: from the heap\n"
+        "last = np.ones(12_000)                                # keeps the top of the heap in use\n"
+        "full = resident_bytes(); del blocks\n"
+        "freed = resident_bytes(); ok = release_freed_memory(); released = resident_bytes()\n"
+        "print(ok, full >> 20, freed >> 20, released >> 20)\n")
+    ok, full, freed, released = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                               check=True).stdout.split()
+    if ok != "True":
+        pytest.skip("not glibc: nothing to release")
+    assert int(freed) > int(full) - 10, (full, freed)           # freeing alone gave (almost) nothing back
+    assert int(released) < int(freed) - 40, (freed, released)   # releasing gave back the 58 MB
+
+
+def test_the_server_releases_memory_after_a_computation_and_not_after_a_lookup(inspector, monkeypatch):
+    import httpx
+
+    from glassllm.inspector import server as srv
+
+    calls = []
+    monkeypatch.setattr(srv, "release_freed_memory", lambda: calls.append(1) or True)
+    s = serve(make_app(inspector))
+    body = {"prompt": "Sam found a shell.", "name": "attn.softmax", "layer": 0, "head": 0}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=20) as c:
+            before = c.get("/api/stats").json()["cache"]
+            assert c.post("/api/snapshot", json=body).status_code == 200            # traced: computed
+            assert len(calls) == 1
+            assert c.post("/api/snapshot", json={**body, "head": 1}).status_code == 200   # a lookup
+            assert len(calls) == 1
+            after = c.get("/api/stats").json()
+    finally:
+        s.stop()
+    assert after["cache"]["computed"] == before["computed"] + 1 and after["cache"]["hits"] >= before["hits"] + 1
+    assert after["cache"]["bytes"] > before["bytes"] and after["rss_bytes"] > after["cache"]["bytes"]
+
+
 def test_a_client_over_its_rate_gets_429_and_others_do_not(inspector):
     import httpx
 

@@ -269,7 +269,10 @@ def classroom_markdown(r: dict) -> str:
                   f"{r['transport_errors']} failed connections. Unauthenticated or cross-site requests: "
                   f"{u['sent']} sent, **{len(u['let_in'])} let in**. Server memory: {m['start']} MB at the start, "
                   f"**{m['peak']} MB at the peak**, against a cap of {m['cap']} MB (start + cache + "
-                  f"{c['allowance_mb']:g} MB for work in flight).", "",
+                  f"{c['allowance_mb']:g} MB for work in flight"
+                  + (f": {c['allowance_mb'] / c['workers']:g} MB for each of {c['workers']} workers)"
+                     if isinstance(c["workers"], int) else ")")
+                  + (f"; the cache held {m['cache_at_end']} MB at the end." if "cache_at_end" in m else "."), "",
               "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in r["checks"].items()]
     return "\n".join(lines) + "\n"

@@ -37,7 +37,8 @@ COMMANDS = {
 }
 
 # Commands that run the model step after step: freed activations stay mapped for reuse (glassllm.heap).
-KEEP_FREED_MEMORY = ("train", "eval", "generate", "inspect")
+# Not inspect: its server keeps a trace cache, and gives back what each computation freed instead.
+KEEP_FREED_MEMORY = ("train", "eval", "generate")
 
 
 class _Parser(argparse.ArgumentParser):

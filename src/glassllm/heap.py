@@ -1,4 +1,4 @@
-"""Keep freed array memory in the process for reuse (glibc ``mallopt``).
+"""Keep freed array memory in the process for reuse, or give it back (glibc ``mallopt``, ``malloc_trim``).
 
 Why. A training step of the default model at batch 16 x 256 allocates about
 150 MB of activations in its forward pass and frees them in its backward. By
@@ -33,6 +33,16 @@ It does nothing on a C library other than glibc, and nothing when the
 environment sets ``GLASSLLM_SYSTEM_MALLOC=1``. It changes settings of the
 whole process, so a benchmark that runs PyTorch in the same process measures
 PyTorch with them too.
+
+The other way round. A server that keeps results, such as the inspector
+with its trace cache, wants the opposite: its memory should be what it keeps
+plus the work under way, and no more. There, glibc's default is not enough
+either: freed blocks smaller than its mmap threshold stay in the heap, and as
+cached traces of different sizes come and go the free holes add up to hundreds of megabytes above a full cache within
+minutes of a class's use. :func:`release_freed_memory` hands every free page back at once
+(``malloc_trim(0)``, a few to a few tens of milliseconds for a heap of
+gigabytes); the inspector's server calls it after each computation and
+leaves :func:`keep_freed_memory` alone.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-__all__ = ["keep_freed_memory", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
+__all__ = ["keep_freed_memory", "release_freed_memory", "resident_bytes", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
 MMAP_THRESHOLD = 32 * 1024 * 1024   # glibc's upper limit for M_MMAP_THRESHOLD on 64-bit
 TRIM_THRESHOLD = 2**31 - 1          # mallopt's value is a C int
@@ -51,20 +61,52 @@ _M_MMAP_THRESHOLD = -3
 _applied: bool | None = None
 
 
+def _glibc():
+    """The C library if it is glibc and the environment does not decline it (``GLASSLLM_SYSTEM_MALLOC``)."""
+    if os.environ.get("GLASSLLM_SYSTEM_MALLOC", "") not in ("", "0"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # glibc only: musl or macOS have no such symbol  # noqa: B018
+        libc.mallopt, libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def keep_freed_memory() -> bool:
     """Apply the two glibc settings once; True when they are in effect."""
     global _applied
     if _applied is None:
         _applied = False
-        if os.environ.get("GLASSLLM_SYSTEM_MALLOC", "") not in ("", "0"):
+        libc = _glibc()
+        if libc is None:
             return _applied
-        try:
-            libc = ctypes.CDLL(None)
-            libc.gnu_get_libc_version  # glibc only: musl or macOS have no such symbol  # noqa: B018
-            mallopt = libc.mallopt
-        except (OSError, AttributeError):
-            return _applied
+        mallopt = libc.mallopt
         mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
         mallopt.restype = ctypes.c_int
         _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
+
+
+def release_freed_memory() -> bool:
+    """Give the pages of every free heap block back to the operating system now; True if it could.
+
+    Blocks still in use are untouched, so nothing is lost but the time to fault
+    freed pages in again when they are next needed.
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes = (ctypes.c_size_t,)
+    libc.malloc_trim(0)
+    return True
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now, in bytes (None where ``/proc`` does not tell it)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

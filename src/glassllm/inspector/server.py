@@ -11,6 +11,9 @@ Routes, and nothing else::
     POST /api/next      the next-token logits, survivors, before/after an intervention
     POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
     POST /api/timeline  {} -> the training run's probe history (when the model has one)
+    POST /api/lens      {"prompt"} -> the logit lens: each residual stream's top token per position
+    POST /api/attribution  each head's and MLP's share of one logit (see schema.AttributionRequest)
+    GET  /api/stats     what the server holds and has refused: the trace cache, the pool, RSS
 
 The three assets are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
@@ -48,6 +51,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ..heap import release_freed_memory, resident_bytes
 from ..trace import colors
 from .auth import Access, is_loopback, own_hosts
 from .data import Inspector
@@ -228,13 +232,17 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
         return _asset("style.css")
 
     # -- the API -----------------------------------------------------------------------
-    async def compute(fn, req) -> Response:
+    async def compute(fn, req, runs_model: bool = False) -> Response:
         """``fn(req)`` on a work pool, its answer encoded there too: the event loop only moves bytes.
         Every route that runs the model goes through here (503 when the pool and its queue are full).
-        A request the cache can answer (``inspector.ready``) goes to a lane of its own, so that a view
-        switch never waits behind another prompt's forward pass."""
-        lane = lookups if inspector.ready(req) else pool
-        body = await lane.run(lambda: _dumps(fn(req)))
+        A request the cache can answer (``inspector.ready``; never one that ``runs_model`` every time)
+        goes to a lane of its own, so that a view switch never waits behind another prompt's forward
+        pass. After a computation, the memory it freed goes back to the system: the process holds the
+        cache and the work under way, not the high-water mark of every pass it ran."""
+        if not runs_model and inspector.ready(req):
+            body = await lookups.run(_answer, fn, req, inspector.cache, False)
+        else:
+            body = await pool.run(_answer, fn, req, inspector.cache, True)
         return Response(body, media_type="application/json")
 
     app.state.compute = compute
@@ -265,14 +273,35 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
         return await compute(lambda _: inspector.timeline_view(), req)
 
     @app.post("/api/lens")
-    def lens(req: PromptRequest):
-        return inspector.lens(req)
+    async def lens(req: PromptRequest):
+        return await compute(inspector.lens, req, runs_model=True)
 
     @app.post("/api/attribution")
-    def attribution(req: AttributionRequest):
-        return inspector.attribution(req)
+    async def attribution(req: AttributionRequest):
+        return await compute(inspector.attribution, req, runs_model=True)
+
+    @app.get("/api/stats")
+    async def stats():
+        """What the server holds and has refused: for the teacher watching a class."""
+        return Response(_dumps({"cache": inspector.cache.stats(),
+                                "pool": {"workers": pool.workers, "queue": pool.queue,
+                                         "admitted": pool.admitted, "refused_503": pool.refused + lookups.refused},
+                                "refused_429": limiter.refused if limiter is not None else 0,
+                                "rss_bytes": resident_bytes()}),
+                        media_type="application/json")
 
     return app
+
+
+def _answer(fn, req, cache, computes: bool) -> bytes:
+    """``fn(req)`` as JSON bytes. If it ran the model (``computes``, or the cache traced a pass meanwhile:
+    a lookup whose entry was dropped just before), the memory the pass freed goes back to the system."""
+    before = cache.stats()["computed"]
+    try:
+        return _dumps(fn(req))
+    finally:
+        if computes or cache.stats()["computed"] != before:
+            release_freed_memory()
 
 
 def _dumps(value) -> bytes:
