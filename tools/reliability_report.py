@@ -272,7 +272,9 @@ def classroom_markdown(r: dict) -> str:
                   f"{c['allowance_mb']:g} MB for work in flight"
                   + (f": {c['allowance_mb'] / c['workers']:g} MB for each of {c['workers']} workers)"
                      if isinstance(c["workers"], int) else ")")
-                  + (f"; the cache held {m['cache_at_end']} MB at the end." if "cache_at_end" in m else "."), "",
+                  + (f"; the cache held {m['cache_at_end']} MB at the end." if "cache_at_end" in m else ".")
+                  + "".join(f" {count:,} requests were answered 400 with a message for the page ({what})."
+                            for what, count in r.get("answered_400", {}).items()), "",
               "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in r["checks"].items()]
     return "\n".join(lines) + "\n"
