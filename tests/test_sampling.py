@@ -61,6 +61,9 @@ def test_top_p_keeps_the_smallest_prefix_reaching_p():
     # p = 0.95: three ids (0.968 >= 0.95).
     kept = sampling_distribution(LOGITS4, 1.0, top_p=0.95)
     np.testing.assert_allclose(kept, np.r_[p[:3] / p[:3].sum(), 0.0], rtol=1e-15)
+    # A p below the rounding tolerance (even the smallest float) still keeps the top id, never nothing.
+    for tiny_p in (1e-13, 5e-324):
+        assert sampling_distribution(LOGITS4, 1.0, top_p=tiny_p).tolist() == [1.0, 0.0, 0.0, 0.0]
     # p = 1 keeps everything, even ids of vanishing probability.
     tiny = np.array([0.0, -700.0])
     assert sampling_distribution(tiny, 1.0, top_p=1.0)[1] > 0
@@ -110,7 +113,7 @@ def test_batched_rows_match_single_rows(rng):
 
 @pytest.mark.parametrize("temperature", [0.3, 1.0, 1.7])
 @pytest.mark.parametrize("top_k", [None, 1, 7, 100, 1024])
-@pytest.mark.parametrize("top_p", [None, 0.2, 0.9, 1.0])
+@pytest.mark.parametrize("top_p", [None, 5e-324, 1e-13, 0.2, 0.9, 1.0])
 def test_matches_hugging_face_warpers(temperature, top_k, top_p):
     torch = pytest.importorskip("torch")
     lp = pytest.importorskip("transformers.generation.logits_process")

@@ -185,7 +185,9 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
             above = np.concatenate(([0.0], np.cumsum(ranked)[:-1]))     # mass ranked above each id
             # A mass that reaches p up to rounding counts as reaching it: ten ids of 0.1 sum to
             # 0.7999999999999999 after eight, and top_p = 0.8 means those eight.
-            keep[b, ids[order[above >= p_top - 1e-12]]] = False          # the top id (above = 0) stays
+            cut = above >= p_top - 1e-12
+            cut[0] = False                                               # the top id always stays, even for
+            keep[b, ids[order[cut]]] = False                             # a top_p below the tolerance
 
     # 4. Restrict to the survivors and renormalise over them only.
     out = np.where(keep, probs, 0.0)
