@@ -9,7 +9,9 @@
 - row labels stay in sight when a wide heatmap is scrolled sideways;
 - hover values are shown at the precision of the dtype (float32: at most 9 digits);
 - an intervention shows its view before and after, side by side, with their difference, and says what
-  an ablation changes and what it leaves.
+  an ablation changes and what it leaves;
+- a busy server (503) or a rate limit (429) shows "busy, retrying", and the page asks again after
+  ``Retry-After`` and shows its view.
 
 Fixtures (Chromium, the model, the live server) come from ``test_inspector_browser``: the same launch
 flags, and the same ``GLASSLLM_REQUIRE_BROWSER`` rule (skip without a browser, unless CI requires one).
@@ -325,4 +327,29 @@ def test_the_full_distribution_says_what_its_floor_is(browser, server):
     assert int(page.get_attribute("#all-floor", "data-count")) == floor
     text = page.inner_text("#all-floor")
     assert ("flat floor at the right" in text) == (floor >= 0.02 * len(probs)) and "floor" in text
+    page.close()
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_a_busy_server_shows_busy_retrying_and_the_page_asks_again(browser, server, status):
+    """The server's 503 (pool full) or 429 (rate): the page says so, waits Retry-After, and gets its view."""
+    page = opened(browser, server.url)
+    answered, notes = [], []
+
+    def busy_once(route):
+        if not answered:
+            answered.append(status)
+            route.fulfill(status=status, headers={"Retry-After": "1"}, json={"error": "the inspector is busy"})
+        else:
+            answered.append(200)
+            route.continue_()
+    page.route("**/api/snapshot", busy_once)
+    page.evaluate("() => { window.glass.select({name: 'mlp.act', layer: 1}); }")      # not awaited
+    page.wait_for_function("() => { const b = document.getElementById('busy-line'); return b && !b.hidden; }")
+    notes.append(page.inner_text("#busy-line"))
+    idle(page)
+    assert answered[:2] == [status, 200], answered
+    assert notes == ["busy, retrying in 1 s…"]
+    assert page.is_hidden("#busy-line")
+    assert heatmap(page)["name"] == "layers.1.mlp.act"
     page.close()
