@@ -38,9 +38,10 @@ The other way round. A server that keeps results, such as the inspector
 with its trace cache, wants the opposite: its memory should be what it keeps
 plus the work under way, and no more. There, glibc's default is not enough
 either: freed blocks smaller than its mmap threshold stay in the heap, and as
-cached traces of different sizes come and go the free holes add up to hundreds of megabytes above a full cache within
-minutes of a class's use. :func:`release_freed_memory` hands every free page back at once
-(``malloc_trim(0)``, a few to a few tens of milliseconds for a heap of
+cached traces of different sizes come and go, the free holes add up to
+hundreds of megabytes above a full cache within minutes of a class's use.
+:func:`release_freed_memory` hands every free page back at once
+(``malloc_trim(0)``: a few to a few tens of milliseconds for a heap of
 gigabytes); the inspector's server calls it after each computation and
 leaves :func:`keep_freed_memory` alone.
 """
