@@ -119,7 +119,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_write
-from .texttokenizer import TextTokenizer
+from .texttokenizer import TextTokenizer, parse_tokenizer_json
 from .tokenizer import CONTROL_ESCAPES, is_path, read_blocks, text_files
 
 __all__ = ["SPTokenizer", "SPACE", "TYPES", "KIND", "BYTE_PIECE", "load_sentencepiece_model"]
@@ -431,17 +431,7 @@ class SPTokenizer(TextTokenizer):
     @classmethod
     def from_json(cls, text) -> "SPTokenizer":
         """Rebuild a tokenizer from :meth:`to_json`'s output; ``ValueError`` if it is not one."""
-        if isinstance(text, (bytes, bytearray)):
-            try:
-                text = bytes(text).decode("utf-8-sig")
-            except UnicodeDecodeError:
-                raise ValueError("tokenizer document is not UTF-8 text") from None
-        if not isinstance(text, str):
-            raise TypeError(f"from_json expects a str, got {type(text).__name__}")
-        try:
-            doc = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"tokenizer document is not valid JSON ({getattr(e, 'msg', e)})") from None
+        doc = parse_tokenizer_json(text)
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise ValueError(f"not a SentencePiece tokenizer document (kind is "
                              f"{doc.get('kind') if isinstance(doc, dict) else None!r}, expected {KIND!r})")

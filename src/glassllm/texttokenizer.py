@@ -7,13 +7,14 @@ SentencePiece :class:`~glassllm.sptokenizer.SPTokenizer` derive from it.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TextTokenizer", "KINDS", "read_tokenizer_file"]
+__all__ = ["TextTokenizer", "KINDS", "read_tokenizer_file", "parse_tokenizer_json"]
 
 KINDS = ("byte-bpe", "sentencepiece-bpe")
 
@@ -109,6 +110,24 @@ class TextTokenizer(ABC):
 
     @abstractmethod
     def to_json(self) -> str: ...
+
+
+def parse_tokenizer_json(text):
+    """The JSON value of a tokenizer document given as text or UTF-8 bytes (a byte-order mark allowed);
+    text that is not one is a ``ValueError`` line, anything but text or bytes a ``TypeError``."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ValueError("tokenizer document is not UTF-8 text") from None
+    if not isinstance(text, str):
+        raise TypeError(f"from_json expects a str, got {type(text).__name__}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"tokenizer document is not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise ValueError("tokenizer document is not valid JSON (nested too deeply)") from None
 
 
 def read_tokenizer_file(path, parse):

@@ -109,7 +109,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .files import atomic_write
-from .texttokenizer import TextTokenizer, read_tokenizer_file
+from .texttokenizer import TextTokenizer, parse_tokenizer_json, read_tokenizer_file
 
 __all__ = ["Tokenizer", "PATTERN", "FORMAT", "VERSION", "EOT", "merge_pair", "documents", "folder_texts", "text_files",
            "is_path", "read_blocks", "CONTROL_ESCAPES"]
@@ -710,19 +710,7 @@ class Tokenizer(TextTokenizer):
     @classmethod
     def from_json(cls, text) -> "Tokenizer":
         """Rebuild a tokenizer from :meth:`to_json`'s output; ``ValueError`` if it is not one."""
-        if isinstance(text, (bytes, bytearray)):
-            try:
-                text = bytes(text).decode("utf-8-sig")          # a leading byte-order mark is allowed
-            except UnicodeDecodeError:
-                raise ValueError("tokenizer document is not UTF-8 text") from None
-        if not isinstance(text, str):
-            raise TypeError(f"from_json expects a str, got {type(text).__name__}")
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"tokenizer document is not valid JSON ({e.msg} at line {e.lineno})") from None
-        except RecursionError:
-            raise ValueError("tokenizer document is not valid JSON (nested too deeply)") from None
+        doc = parse_tokenizer_json(text)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ValueError(f"not a glassllm tokenizer: format is {found!r}, expected {FORMAT!r}")
