@@ -22,23 +22,15 @@ def anchor(name: str) -> str:
 
 def snapshot_entries() -> str:
     """One entry per snapshot name (``layers.{i}.`` standing for every block), in forward order."""
-    from glassllm.config import ModelConfig
-    from glassllm.trace.registry import DESCRIPTIONS, axis_sizes, registry
+    from glassllm.trace.registry import generic_names
 
-    config = ModelConfig()
-    sizes = {**axis_sizes(config, 0, 0), "n": "n", "m": "m"}
-    entries, seen = [], set()
-    for name, axes in registry(config).items():
-        generic = re.sub(r"^layers\.\d+\.", "layers.{i}.", name)
-        if generic in seen:
-            continue
-        seen.add(generic)
-        local = generic.removeprefix("layers.{i}.")
+    entries = []
+    for generic, axes, shape, description in generic_names():
         letters = ", ".join(axes) + ("," if len(axes) == 1 else "")
-        shape = ", ".join(str(sizes[a]) for a in axes) + ("," if len(axes) == 1 else "")
+        sizes = ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "")
         entries.append(f"### `{generic}` {{ #{anchor(generic)} }}\n\n"
-                       f"Axes ({letters}), shape ({shape}) in the default model. {DESCRIPTIONS[local][0].upper()}"
-                       f"{DESCRIPTIONS[local][1:]}.\n")
+                       f"Axes ({letters}), shape ({sizes}) in the default model. {description[0].upper()}"
+                       f"{description[1:]}.\n")
     return "\n".join(entries)
 
 

@@ -226,19 +226,26 @@ DOC_BEGIN = "<!-- BEGIN GENERATED: python -m glassllm.trace docs/snapshots.md --
 DOC_END = "<!-- END GENERATED -->"
 
 
-def snapshot_table(config: ModelConfig | None = None) -> str:
-    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), meaning."""
+def generic_names(config: ModelConfig | None = None) -> list[tuple[str, tuple[str, ...], tuple, str]]:
+    """Every snapshot once, in forward order, with ``layers.{i}.`` standing for every block:
+    ``(generic name, axis letters, shape for config with n and m symbolic, description)``."""
     config = ModelConfig() if config is None else config
     sizes = {**axis_sizes(config, 0, 0), "n": "n", "m": "m"}
-    rows = ["| name | axes | shape | what it is |", "|---|---|---|---|"]
-    seen = set()
+    out, seen = [], set()
     for name, axes in registry(config).items():
         generic = re.sub(r"^layers\.\d+\.", "layers.{i}.", name)
-        if generic in seen:
-            continue
-        seen.add(generic)
-        local = generic.removeprefix("layers.{i}.")
-        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(sizes[a] for a in axes)} | {DESCRIPTIONS[local]} |")
+        if generic not in seen:
+            seen.add(generic)
+            out.append((generic, axes, tuple(sizes[a] for a in axes),
+                        DESCRIPTIONS[generic.removeprefix("layers.{i}.")]))
+    return out
+
+
+def snapshot_table(config: ModelConfig | None = None) -> str:
+    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), meaning."""
+    rows = ["| name | axes | shape | what it is |", "|---|---|---|---|"]
+    for generic, axes, shape, description in generic_names(config):
+        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(shape)} | {description} |")
     return "\n".join(rows) + "\n"
 
 
