@@ -1,13 +1,8 @@
 """Training from scratch on a CPU, evaluation, checkpoints and exact resume.
 
-The loop, one optimiser step at a time (:func:`train_step`)::
-
-    for each of grad_accum micro-batches (B random windows of T tokens):
-        loss_i = mean cross-entropy;  backward(loss_i / grad_accum)
-    loss = mean of the loss_i;  stop if it or any gradient is not finite, naming the
-        first non-finite snapshot (a traced re-run of the batch: find_non_finite)
-    clip the gradients to global L2 norm grad_clip (0 = no clipping)
-    AdamW step with lr = lr_at(step) (linear warm-up, then cosine decay)
+A run is a loop of optimiser steps (:func:`train_step`; :mod:`~glassllm.train.step`
+spells one out: accumulated micro-batches, a stop at the first non-finite loss or
+gradient, clipping, AdamW with a warmed-up cosine learning rate).
 
 Everything that decides the numbers is in a frozen :class:`TrainConfig` (plus
 the :class:`~glassllm.config.ModelConfig`); the ``glassllm train`` options map
