@@ -133,6 +133,19 @@ def idle(page):
     page.evaluate("() => window.glass.idle()")
 
 
+def token_chips(page) -> list[str]:
+    """The prompt's token chips as the page shows them (spaces drawn as ␣)."""
+    return page.locator("#tokens .tok b").all_inner_texts()
+
+
+def pick(page, layer: int, name: str, head: int) -> None:
+    """Choose a view with the page's own controls (layer button, snapshot menu, head button); wait for it."""
+    page.click(f"#layers button[data-layer='{layer}']")
+    page.select_option("#snapshot", name)
+    page.click(f"#heads button[data-head='{head}']")
+    idle(page)
+
+
 def heatmap(page) -> dict:
     return page.evaluate("""() => { const h = window.glass.heatmap;
         return {name: h.name, rows: h.rows, cols: h.cols, n: h.n, m: h.m, start: h.start,
@@ -159,14 +172,10 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
         idle(page)
     ids = tokenizer.encode(PROMPT, allowed_special="all")
     n = len(ids)
-    chips = page.locator("#tokens .tok b").all_inner_texts()
-    assert chips == [p.replace(" ", "␣") for p in tokenizer.pieces(ids)]
+    assert token_chips(page) == [p.replace(" ", "␣") for p in tokenizer.pieces(ids)]
 
     # Pick layer 2, attn.softmax, head 3 with the page's controls.
-    page.click("#layers button[data-layer='2']")
-    page.select_option("#snapshot", "attn.softmax")
-    page.click("#heads button[data-head='3']")
-    idle(page)
+    pick(page, 2, "attn.softmax", 3)
     assert page.locator("#heads button").count() == 4
     h = heatmap(page)
     ref = traced(model, ids)

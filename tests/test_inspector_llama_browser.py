@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from glassllm_testing import randomize
-from test_inspector_browser import browser, heatmap, idle  # noqa: F401  (browser is a fixture)
+from test_inspector_browser import browser, heatmap, idle, pick, token_chips  # noqa: F401  (browser is a fixture)
 
 pytestmark = pytest.mark.browser
 PROMPT = "Once upon a time, Lily saw a café. 😀"
@@ -37,12 +37,8 @@ def _walk(page, model, tok):
     assert page.locator("#layers button").count() == 5
     ids = tok.encode_prompt(PROMPT)
     assert ids[0] == 1                                                  # <s> first, as the model reads it
-    chips = page.locator("#tokens .tok b").all_inner_texts()
-    assert chips == [p.replace(" ", "␣") for p in tok.pieces(ids)]
-    page.click("#layers button[data-layer='4']")
-    page.select_option("#snapshot", "attn.softmax")
-    page.click("#heads button[data-head='7']")
-    idle(page)
+    assert token_chips(page) == [p.replace(" ", "␣") for p in tok.pieces(ids)]
+    pick(page, 4, "attn.softmax", 7)
     assert page.locator("#heads button").count() == 8
     h = heatmap(page)
     want = trace(model, np.array(ids)).get("attn.softmax", layer=4, head=7, step=0).astype(np.float64)
