@@ -409,12 +409,26 @@
   // Both describe the prompt's own pass (no intervention, no decoding step): glassllm.trace.lens_top and
   // glassllm.trace.direct_attribution answer them. glass.lens and glass.attribution hold what is shown.
   const LENS_COLUMNS = 12;
-  async function loadLens() {
-    const err = $("lens-error"), table = $("lens");
+
+  // One of the prompt's whole-pass views: asked for, kept in glass[kind], drawn into #box by `draw`;
+  // if it cannot be had, the box is emptied and #errorLine says why.
+  async function loadPanel(kind, box, errorLine, draw) {
+    const err = $(errorLine), target = $(box);
     try {
-      const r = await ask("lens", {prompt: state.prompt});
-      glass.lens = r;
+      const r = await ask(kind, {prompt: state.prompt});
+      glass[kind] = r;
       err.hidden = true;
+      draw(r, target);
+    } catch (e) {
+      glass[kind] = null;
+      target.replaceChildren();
+      err.textContent = e.message;
+      err.hidden = false;
+    }
+  }
+
+  function loadLens() {
+    return loadPanel("lens", "lens", "lens-error", (r, table) => {
       // The last LENS_COLUMNS positions only: a table cell per stream and position (the page stays small).
       const first = Math.max(0, r.pieces.length - LENS_COLUMNS);
       $("lens-note").textContent = first > 0 ? `positions ${first}–${r.pieces.length - 1} of ${r.pieces.length}` : "";
@@ -436,20 +450,11 @@
         return tr;
       });
       table.replaceChildren(head, ...rows);
-    } catch (e) {
-      glass.lens = null;
-      table.replaceChildren();
-      err.textContent = e.message;
-      err.hidden = false;
-    }
+    });
   }
 
-  async function loadAttribution() {
-    const err = $("attr-error"), list = $("attr-bars");
-    try {
-      const r = await ask("attribution", {prompt: state.prompt});
-      glass.attribution = r;
-      err.hidden = true;
+  function loadAttribution() {
+    return loadPanel("attribution", "attr-bars", "attr-error", (r, list) => {
       $("attr-line").textContent = `Logit of ${JSON.stringify(r.piece)} (id ${r.token}) at position ${r.position}: `
         + `${fmt(r.total)}, split into what each part writes directly (the final norm's scale frozen).`;
       const top = Math.max(...r.values.map(Math.abs), 1e-12);
@@ -464,12 +469,7 @@
         li.append(el("span", {class: "mono small"}, label), track, el("span", {class: "mono small"}, fmt(v, 3)));
         return li;
       }));
-    } catch (e) {
-      glass.attribution = null;
-      list.replaceChildren();
-      err.textContent = e.message;
-      err.hidden = false;
-    }
+    });
   }
 
   function drawTokens(pieces, generatedFrom) {
