@@ -120,3 +120,28 @@ def test_lens_and_attribution_views_in_the_browser(browser, setup, tmp_path):  #
         assert not errors
     finally:
         server.stop()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind, box, error_line", [("lens", "#lens", "#lens-error"),
+                                                   ("attribution", "#attr-bars", "#attr-error")])
+def test_a_view_that_cannot_be_had_shows_its_error_and_nothing_else(browser, setup, kind, box, error_line):  # noqa: F811
+    """The server's one-line error is shown under the view, the view is empty, and the other view is drawn."""
+    from glassllm.inspector import Inspector, create_app
+    from glassllm.inspector.server import Server
+
+    model, tok, _ = setup
+    server = Server(create_app(Inspector(model, tok), prompt=PROMPT), "127.0.0.1", 0).start()
+    try:
+        page = browser.new_page()
+        page.route(f"**/api/{kind}", lambda route: route.fulfill(status=400, json={"error": f"no {kind} today"}))
+        page.goto(server.url)
+        page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+        page.evaluate("() => window.glass.idle()")
+        assert page.is_visible(error_line) and page.inner_text(error_line) == f"no {kind} today"
+        assert page.evaluate(f"() => window.glass.{kind}") is None
+        assert page.locator(f"{box} > *").count() == 0
+        other = "attribution" if kind == "lens" else "lens"
+        assert page.evaluate(f"() => window.glass.{other}") is not None
+    finally:
+        server.stop()
