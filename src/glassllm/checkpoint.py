@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
-from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, make_folder, read_head, refuse_to_replace,
-                    starts_like_safetensors)
+from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, make_folder, read_head, read_safetensors,
+                    refuse_to_replace, starts_like_safetensors, write_safetensors)
 from .nn import Transformer, model_dtype
 from .tokenizing import TextTokenizer, tokenizer_from_json
 
@@ -53,9 +53,8 @@ MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (s
 # ----------------------------------------------------------------------------
 
 def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
-    """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
-    from safetensors.numpy import save
-
+    """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically, a tensor at a time:
+    no copy of the whole file is built in memory)."""
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     if not isinstance(tokenizer, TextTokenizer):
@@ -74,8 +73,7 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
         if key in meta:
             raise ValueError(f"metadata key {key!r} is reserved")
         meta[key] = str(value)
-    tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
-    atomic_write(path, save(tensors, metadata=meta))
+    write_safetensors(path, model.state_dict(), meta)
 
 
 def read_header(path) -> tuple[dict, dict[str, str]]:
@@ -151,14 +149,18 @@ def _looks_like(head: bytes) -> str:
     return ""
 
 
-def load_model(path, dtype=None):
+def load_model(path, dtype=None, mmap: bool = True):
     """Load a model file: returns ``(model, tokenizer, metadata)``.
 
     Every tensor's name, dtype and shape is checked against the stored config
     before any data is read. ``dtype`` casts the parameters (default: as stored).
-    """
-    from safetensors import safe_open
 
+    With ``mmap`` (the default) the parameters are views into a copy-on-write memory map of
+    the file (:func:`glassllm.files.read_safetensors`): loading reads each value once, to check
+    that it is finite, and allocates no second copy of the weights; training such a model changes
+    its pages in this process only. A ``dtype`` other than the stored one casts (a copy), as does
+    ``mmap=False``. No initial weights are drawn (:class:`~glassllm.nn.Transformer` ``init=False``).
+    """
     if dtype is not None:
         dtype = model_dtype(dtype)
     header, meta = read_header(path)
@@ -191,16 +193,13 @@ def load_model(path, dtype=None):
     _check_tables(config, path, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
-    state = {}
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            for key in expected:
-                state[key] = f.get_tensor(key)
-    except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"{name!r}: cannot read tensors: {e}") from None
-    model = Transformer(config, seed=0, dtype=target)
+        state = read_safetensors(path, mmap=mmap)
+    except OSError as e:
+        raise ValueError(f"{name!r}: cannot read tensors: {e.strerror or e}") from None
+    model = Transformer(config, dtype=target, init=False)
     try:
-        model.load_state_dict(state)
+        model.load_state_dict(state, copy=not mmap)
     except ValueError as e:
         raise ValueError(f"{name!r}: {e}") from None
     return model, tokenizer, meta

@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = [
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
-    "read_safetensors", "MAX_HEADER_BYTES",
+    "read_safetensors", "write_safetensors", "MAX_HEADER_BYTES",
 ]
 
 MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
@@ -188,13 +188,23 @@ def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str]
         raise ValueError(f"cannot read {str(path)!r}: {e}") from None
 
 
-def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
+def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
 
-    Read with the standard library and NumPy only (no torch, never a pickle): F32 and F64 keep their
-    type, F16 and BF16 are widened to float32 exactly. A malformed header or a tensor whose offsets do
-    not fit the file is one ``ValueError`` line naming the file.
+    Read with the standard library and NumPy only (no torch, never a pickle). F32 and F64 keep
+    their type and, with ``mmap`` (the default), are views into a copy-on-write memory map of the
+    file: nothing is read until a value is used, the pages count once (as the file's, shared with
+    the page cache), and writing to an array changes this process's copy only, never the file.
+    F16 and BF16 are widened to float32 exactly, tensor by tensor, here, when the file is read
+    (each widened tensor is an ordinary array of twice the bytes). ``mmap=False`` reads every
+    tensor into memory of its own. A malformed header or a tensor whose offsets do not fit the
+    file is one ``ValueError`` line naming the file.
+
+    A mapped file must not be rewritten in place while its arrays live (glassllm never does: its
+    writes replace a file by renaming, and the mapped old file stays intact).
     """
+    import mmap as mmap_module
+
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -209,6 +219,9 @@ def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarr
         if not isinstance(header, dict):
             raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
         header.pop("__metadata__", None)
+        mapped = None
+        if mmap and size > 8 + n:
+            mapped = mmap_module.mmap(f.fileno(), 0, access=mmap_module.ACCESS_COPY)
         out = {}
         for name, info in header.items():
             if wanted is not None and name not in wanted:
@@ -221,13 +234,51 @@ def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarr
             item = np.dtype(_ST_DTYPES[dtype]).itemsize
             if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
                 raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
-            f.seek(8 + n + lo)
-            raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
+            stored = np.dtype(_ST_DTYPES[dtype]).newbyteorder("<")
+            if mapped is not None and hi > lo:
+                raw = np.frombuffer(mapped, dtype=stored, count=(hi - lo) // item, offset=8 + n + lo)
+            else:
+                f.seek(8 + n + lo)
+                raw = np.frombuffer(bytearray(f.read(hi - lo)), dtype=stored)
             if dtype == "BF16":  # bfloat16 is the top half of a float32
                 arr = (raw.astype(np.uint32) << 16).view(np.float32)
             elif dtype == "F16":
                 arr = raw.astype(np.float32)
             else:
-                arr = raw.astype(raw.dtype.newbyteorder("="))
+                native = raw.dtype.newbyteorder("=")
+                arr = raw.view(native) if raw.dtype.isnative else raw.astype(native)
             out[name] = arr.reshape(shape)
     return out
+
+
+def _st_dtype(a: np.ndarray) -> str:
+    for name, dtype in (("F64", np.float64), ("F32", np.float32), ("F16", np.float16)):
+        if a.dtype == dtype:
+            return name
+    raise ValueError(f"cannot write a {a.dtype} tensor to safetensors; expected float64, float32 or float16")
+
+
+def write_safetensors(path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` (and string ``metadata``) as the safetensors file ``path``, atomically,
+    one tensor at a time: beyond what the arrays already hold, writing needs at most one copy of
+    one tensor (a tensor that is not contiguous or not little-endian). The layout is the one the
+    ``safetensors`` package writes (tensors by dtype, widest first, then by name, so each starts
+    aligned; the header padded with spaces to a multiple of 8 bytes), which reads it back."""
+    order = sorted(tensors, key=lambda k: (-np.dtype(tensors[k].dtype).itemsize, k))
+    entries, offset = {}, 0
+    if metadata:
+        entries["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
+    for name in order:
+        a = tensors[name]
+        nbytes = a.dtype.itemsize * math.prod(a.shape)
+        entries[name] = {"dtype": _st_dtype(a), "shape": list(a.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    head = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    head += b" " * (-len(head) % 8)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(head)))
+            f.write(head)
+            for name in order:
+                a = np.ascontiguousarray(tensors[name], dtype=tensors[name].dtype.newbyteorder("<"))
+                f.write(memoryview(a.reshape(-1)).cast("B"))

@@ -669,8 +669,8 @@ def load_hf(folder, dtype=None):
             raise ValueError(f"{str(folder)!r}: tensor for {key!r} contains NaN or infinite values")
     if dtype is None:
         dtype = np.float64 if any(w.dtype == np.float64 for w in state.values()) else np.float32
-    model = Transformer(config, seed=0, dtype=dtype)
-    model.load_state_dict(state)
+    model = Transformer(config, dtype=dtype, init=False)
+    model.load_state_dict(state, copy=False)   # float32/float64 tensors stay mapped (read_safetensors)
     return model, tokenizer, perm
 
 

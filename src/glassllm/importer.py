@@ -43,8 +43,8 @@ def build_model(config, state: dict, where: str, dtype=None):
             raise ValueError(f"{where}: tensor for {key!r} has shape {tuple(w.shape)}, expected {shapes[key]}")
         if not np.all(np.isfinite(w)):
             raise ValueError(f"{where}: tensor for {key!r} contains NaN or infinite values")
-    model = Transformer(config, seed=0, dtype=model_dtype(dtype) if dtype is not None else np.float32)
-    model.load_state_dict(state)
+    model = Transformer(config, dtype=model_dtype(dtype) if dtype is not None else np.float32, init=False)
+    model.load_state_dict(state, copy=False)
     return model
 
 

@@ -173,9 +173,12 @@ class Module:
     def state_dict(self) -> dict[str, np.ndarray]:
         return {name: p.data for name, p in self.named_parameters()}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+    def load_state_dict(self, state: dict[str, np.ndarray], copy: bool = True) -> None:
         """Copy arrays into the parameters, key for key, checking every shape.
 
+        ``copy=False`` takes an array of the parameter's dtype as it is (a memory-mapped tensor
+        of a model file stays mapped, see :func:`glassllm.files.read_safetensors`); two keys that
+        share memory (a tied head) still get an array each, so updating one never moves the other.
         Raises ValueError naming the first missing, unexpected or misshapen key.
         """
         params = dict(self.named_parameters())
@@ -185,13 +188,16 @@ class Module:
             raise ValueError(f"state dict is missing parameter {missing[0]!r} (and {len(missing) - 1} more)")
         if unexpected:
             raise ValueError(f"state dict has unexpected key {unexpected[0]!r}")
+        kept = []
         for name, p in params.items():
             value = np.asarray(state[name])
             if value.shape != p.shape:
                 raise ValueError(f"parameter {name!r} has shape {value.shape}, expected {p.shape}")
-            if not np.all(np.isfinite(value)):
+            if not _all_finite(value):
                 raise ValueError(f"parameter {name!r} contains NaN or infinite values")
-            p.data = value.astype(p.dtype, copy=True)
+            shared = not copy and any(np.may_share_memory(value, taken) for taken in kept)
+            p.data = value.astype(p.dtype, copy=copy or shared or not value.flags.writeable)
+            kept.append(p.data)
 
     def zero_grad(self) -> None:
         for p in self.parameters():
@@ -243,11 +249,21 @@ class Module:
         return {self._prefix + k: v for k, v in self.SNAPSHOTS.items()}
 
 
+def _all_finite(a: np.ndarray, chunk: int = 1 << 22) -> bool:
+    """Is every value finite? Checked a slice at a time: the check allocates a few MB, whatever the size."""
+    flat = a.reshape(-1)
+    return all(np.isfinite(flat[i:i + chunk]).all() for i in range(0, flat.size, chunk))
+
+
 # ----------------------------------------------------------------------------
 # Layers
 # ----------------------------------------------------------------------------
 
-def _normal(rng: np.random.Generator, shape, std: float, dtype) -> Tensor:
+def _normal(rng: np.random.Generator | None, shape, std: float, dtype) -> Tensor:
+    """A parameter drawn from N(0, std**2); with ``rng`` None, left unset (``np.empty``: no pages
+    are touched until a file's weights take its place)."""
+    if rng is None:
+        return Tensor(np.empty(shape, dtype=dtype), requires_grad=True)
     return Tensor(rng.normal(0.0, std, size=shape).astype(dtype), requires_grad=True)
 
 
@@ -547,6 +563,9 @@ class Transformer(Module):
     ``norm.in``/``norm.rms``/``norm.out``; ``logits`` (n, V); ``probs`` (n, V),
     the softmax of the logits (computed only when traced).
 
+    ``init=False`` draws no initial weights (the parameters are left unset): for a model whose
+    weights come next from :meth:`load_state_dict`, as every model file's do.
+
     >>> model = Transformer(ModelConfig(), seed=0)
     >>> model(np.array([[1, 2, 3]])).shape
     (1, 3, 1024)
@@ -554,13 +573,18 @@ class Transformer(Module):
 
     SNAPSHOTS = {"embed": ("n", "C"), "logits": ("n", "V"), "probs": ("n", "V")}
 
-    def __init__(self, config: ModelConfig | None = None, seed: int | np.random.Generator = 0, dtype=np.float32):
+    def __init__(self, config: ModelConfig | None = None, seed: int | np.random.Generator = 0, dtype=np.float32,
+                 init: bool = True):
         super().__init__()
         config = ModelConfig() if config is None else config
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
         dtype = model_dtype(dtype)
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        # init=False: the weights are about to come from a file (load_state_dict), so none are drawn
+        if not init:
+            rng = None
+        else:
+            rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         self.config = config
         self.tok_embeddings = Embedding(config.vocab_size, config.dim, rng, dtype=dtype)
         self.layers = [Block(config, rng, i, dtype) for i in range(config.n_layers)]
