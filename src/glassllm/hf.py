@@ -69,6 +69,7 @@ the permutation, and ``glassllm import-hf`` says when it applied one).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -401,24 +402,101 @@ def tokenizer_to_hf(tokenizer) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=4)
+def _code_point_class(categories: tuple[str, ...]) -> str:
+    """The code points whose Unicode general category starts with one of ``categories``, as the
+    inside of a regex class (ranges; ``\\uNNNN`` in the BMP, the characters themselves above it),
+    read alike by Python's ``re`` and by Oniguruma."""
+    import sys
+    import unicodedata
+
+    ranges, start, prev = [], None, None
+    for cp in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(cp)).startswith(categories):
+            if start is None:
+                start = cp
+            prev = cp
+        elif start is not None:
+            ranges.append((start, prev))
+            start = None
+    if start is not None:
+        ranges.append((start, prev))
+
+    def one(cp: int) -> str:
+        return f"\\u{cp:04x}" if cp <= 0xFFFF else chr(cp)
+    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in ranges)
+
+
+def byte_level_pattern(digits: str | None = None) -> str:
+    """The split of a ``ByteLevel(use_regex=true)`` pre-tokenizer (GPT-2's regex,
+    ``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``) as one Python regex.
+
+    ``digits``: ``"individual"`` or ``"contiguous"`` when a ``Digits`` pre-tokenizer runs first
+    (``individual_digits`` true or false). It cuts the text around numbers (each digit, or each run
+    of them) before GPT-2's regex runs on each piece, so a number never takes a leading space and a
+    run of spaces ends where a number starts: in one regex, numbers are their own alternative and a
+    digit counts as the end of the text in the lookahead. ``\\p{L}``, ``\\p{N}`` are the letter and
+    number categories of this Python's Unicode tables; ``\\s`` is Unicode White_Space (as in
+    Oniguruma, which ``tokenizers`` uses).
+    """
+    from .tokenizer import _SPACE
+
+    letters, numbers = _code_point_class(("L",)), _code_point_class(("N",))
+    contractions = "'s|'t|'re|'ve|'m|'ll|'d"
+    word = f" ?[{letters}]+"
+    other = f" ?[^{_SPACE}{letters}{numbers}]+"
+    if digits is None:
+        return (f"{contractions}|{word}| ?[{numbers}]+|{other}"
+                f"|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+")
+    number = f"[{numbers}]" if digits == "individual" else f"[{numbers}]+"
+    return (f"{number}|{contractions}|{word}|{other}"
+            f"|[{_SPACE}]+(?![^{_SPACE}{numbers}])|[{_SPACE}]+")
+
+
+_PRE_TOKENIZER_LAYOUTS = ("a Sequence of Split (regex) then ByteLevel(use_regex=false), as glassllm exports; "
+                          "ByteLevel(use_regex=true) alone (GPT-2); or Digits then ByteLevel(use_regex=true) "
+                          "(SmolLM2)")
+
+
 def _check_pre_tokenizer(pre, where: str) -> str:
-    """The split regex of a byte-level pre-tokenizer we can reproduce; ValueError otherwise."""
+    """The split regex of a byte-level pre-tokenizer we can reproduce; ValueError otherwise.
+
+    Three layouts are read: ``Split`` (an ``Isolated`` regex) then ``ByteLevel(use_regex=false)``
+    (glassllm's export); ``ByteLevel(use_regex=true)`` alone (GPT-2's file); ``Digits`` then
+    ``ByteLevel(use_regex=true)`` (SmolLM2's). ``add_prefix_space`` must be false. Every other
+    layout is refused naming the step: another step type (``Whitespace``, ``Metaspace``,
+    ``Punctuation``...), more steps, a ``Split`` with another behaviour or an inverted one.
+    """
     import re
 
     steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    if not isinstance(steps, list):
+        raise _bad(where, "pre_tokenizer.pretokenizers", type(steps).__name__, "a list")
     types = [s.get("type") if isinstance(s, dict) else None for s in steps]
-    if types != ["Split", "ByteLevel"]:
-        raise _bad(where, "pre_tokenizer", types if len(types) > 1 else types[0],
-                   "a Sequence of Split (regex) then ByteLevel(use_regex=false), as glassllm exports")
-    split, byte_level = steps
+    if types not in (["Split", "ByteLevel"], ["ByteLevel"], ["Digits", "ByteLevel"]):
+        raise _bad(where, "pre_tokenizer", types if len(types) > 1 else types[0], _PRE_TOKENIZER_LAYOUTS)
+    byte_level = steps[-1]
+    if byte_level.get("add_prefix_space", False):
+        raise _bad(where, "pre_tokenizer.ByteLevel.add_prefix_space", byte_level["add_prefix_space"], "false")
+    regex = byte_level.get("use_regex", True)            # the tokenizers default
+    if types[0] == "ByteLevel" or types[0] == "Digits":
+        if regex is not True:
+            raise _bad(where, "pre_tokenizer.ByteLevel.use_regex", regex,
+                       "true (without a Split before it, ByteLevel must split the text itself)")
+        if types[0] == "ByteLevel":
+            return byte_level_pattern()
+        individual = steps[0].get("individual_digits", False)
+        if not isinstance(individual, bool):
+            raise _bad(where, "pre_tokenizer.Digits.individual_digits", individual, "true or false")
+        return byte_level_pattern("individual" if individual else "contiguous")
+    split = steps[0]
     pattern = split.get("pattern", {}).get("Regex") if isinstance(split.get("pattern"), dict) else None
     if not isinstance(pattern, str):
         raise _bad(where, "pre_tokenizer.Split.pattern", split.get("pattern"), "a {'Regex': ...} pattern")
     if split.get("behavior") != "Isolated" or split.get("invert", False):
         raise _bad(where, "pre_tokenizer.Split.behavior", split.get("behavior"), "'Isolated' with invert=false")
-    for key in ("add_prefix_space", "use_regex"):
-        if byte_level.get(key, False):
-            raise _bad(where, f"pre_tokenizer.ByteLevel.{key}", byte_level[key], "false")
+    if regex:
+        raise _bad(where, "pre_tokenizer.ByteLevel.use_regex", regex, "false (after a Split)")
     try:
         re.compile(pattern)
     except re.error as e:
