@@ -70,9 +70,10 @@ from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, regi
                        snapshot_table, write_snapshot_doc)
 from .tokens import to_str_tokens
 from .tracer import IGNORE_INDEX, Tracer, trace
+from .lazy import LazyTrace
 
 __all__ = [
-    "Tracer", "Trace", "Step", "trace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
+    "Tracer", "Trace", "Step", "trace", "LazyTrace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
     "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",

@@ -174,7 +174,7 @@ IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassl
 
 
 def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, batch: int = 0, dtype=None,
-          interventions=()) -> Trace:
+          interventions=(), lazy: bool = False) -> Trace:
     """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
 
     With ``targets``, the mean cross-entropy is back-propagated too, so every
@@ -188,11 +188,32 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
     Either way, a target equal to ``IGNORE_INDEX`` (-100) adds nothing to
     the loss, as in PyTorch.
 
+    ``lazy=True`` returns a :class:`~glassllm.trace.lazy.LazyTrace`: it keeps the residual stream
+    between blocks (and the gradient arriving at each block) and computes a block's snapshots when
+    one of them is read -- for large models and long prompts, where every snapshot of every block
+    would not fit in memory. One row of tokens, no ``cache``, ``names`` None (every name is readable).
+
     >>> from glassllm.nn import Transformer
     >>> t = trace(Transformer(seed=0), [5, 6, 7], targets=[9], loss_at=-1)   # the loss of the last position only
     >>> bool(t.grad("logits")[:2].any()), bool(t.grad("logits")[2].any())   # only the last position's logits
     (False, True)
     """
+    if lazy:
+        from .lazy import LazyTrace
+
+        if names is not None or cache is not None or batch != 0:
+            raise ValueError("trace(..., lazy=True) records every name of one row without a cache: "
+                             "leave names, cache and batch at their defaults")
+        if loss_at is not None and targets is None:
+            raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")
+        if isinstance(interventions, Intervention):
+            interventions = [interventions]
+        full = None
+        if targets is not None:
+            full = _targets(targets, np.shape(model.check_tokens(tokens)), loss_at)
+            if not ag.is_grad_enabled():
+                raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
+        return LazyTrace(model, tokens, full, interventions, dtype)
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
     if loss_at is not None and targets is None:
         raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")

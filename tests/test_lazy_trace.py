@@ -1,0 +1,89 @@
+"""A lazy trace (``trace(..., lazy=True)``) computes a block's snapshots when read; they equal a full trace.
+
+Every name of every block, values and gradients, on small random models (grouped-query, multi-query and
+multi-head attention), with and without an intervention, and after the kept blocks were evicted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glassllm.nn import Transformer
+from glassllm.trace import trace
+from glassllm.trace.interventions import MaskOff, ZeroAblate
+from glassllm_testing import CONFIGS, randomize
+
+
+def _close(a, b, what):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, what
+    if a.dtype == np.bool_:
+        assert np.array_equal(a, b), what
+        return
+    scale = max(float(np.max(np.abs(b))), 1e-30) if b.size else 1.0
+    np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11 * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("name", ["gqa3", "mqa", "mha"])
+@pytest.mark.parametrize("interventions", [(), (ZeroAblate(1, 0),), (MaskOff(layers=[0]),)])
+def test_every_snapshot_and_gradient_equals_a_full_trace(name, interventions):
+    config = CONFIGS[name]
+    model = randomize(Transformer(config, seed=1, dtype=np.float64), np.random.default_rng(2))
+    rng = np.random.default_rng(3)
+    n = 11
+    ids = rng.integers(0, config.vocab_size, n)
+    targets = np.full(n, -100)
+    targets[-1] = 4
+    full = trace(model, ids, targets=targets, interventions=list(interventions))
+    # keep_bytes=0: only the block just read is kept, so reading in this order recomputes every block
+    from glassllm.trace.lazy import LazyTrace
+
+    lazy = LazyTrace(model, ids, targets, list(interventions), keep_bytes=0)
+    assert lazy.loss == pytest.approx(full.loss, rel=1e-12)
+    names = full.names()
+    assert set(names) == set(lazy.names())
+    for k in names + names[::-1]:
+        _close(lazy.get(k), full.get(k), k)
+        if not k.endswith("attn.mask"):
+            _close(lazy.grad(k), full.grad(k), "grad " + k)
+    held = sum(full.get(k).nbytes + (0 if k.endswith("mask") else full.grad(k).nbytes) for k in names)
+    assert lazy.nbytes < held
+
+
+def test_values_only_and_float32():
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=4), np.random.default_rng(5))
+    ids = np.arange(9) % config.vocab_size
+    full, lazy = trace(model, ids), trace(model, ids, lazy=True)
+    for k in full.names():
+        a, b = lazy.get(k), full.get(k)
+        assert a.dtype == b.dtype == (np.bool_ if k.endswith("mask") else np.float32)
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=k)
+    with pytest.raises(ValueError, match="made without a loss"):
+        lazy.grad("layers.0.attn.q")
+
+
+def test_kept_blocks_stay_within_their_bytes():
+    config = CONFIGS["gqa3"]
+    model = Transformer(config, seed=0, dtype=np.float64)
+    ids = np.arange(20) % config.vocab_size
+    from glassllm.trace.lazy import LazyTrace
+
+    one = LazyTrace(model, ids, ids, keep_bytes=1 << 30)
+    one.get("layers.0.attn.q")
+    block = one.nbytes - LazyTrace(model, ids, ids).nbytes
+    lazy = LazyTrace(model, ids, ids, keep_bytes=int(1.5 * block))
+    base = lazy.nbytes
+    for i in range(config.n_layers):
+        lazy.get(f"layers.{i}.mlp.act")
+        assert lazy.nbytes - base <= max(int(1.5 * block), block)
+    assert lazy.reserved_bytes == base + int(1.5 * block)
+
+
+def test_lazy_refuses_what_it_cannot_follow():
+    model = Transformer(CONFIGS["mqa"], seed=0)
+    with pytest.raises(ValueError, match="records every name of one row"):
+        trace(model, [1, 2], names="logits", lazy=True)
+    with pytest.raises(ValueError, match="one row of tokens"):
+        trace(model, [[1, 2], [3, 4]], lazy=True)
