@@ -37,7 +37,7 @@ def test_every_snapshot_and_gradient_equals_a_full_trace(name, interventions):
     targets[-1] = 4
     full = trace(model, ids, targets=targets, interventions=list(interventions))
     # keep_bytes=0: only the block just read is kept, so reading in this order recomputes every block
-    from glassllm.trace.lazy import LazyTrace
+    from glassllm.trace import LazyTrace
 
     lazy = LazyTrace(model, ids, targets, list(interventions), keep_bytes=0)
     assert lazy.loss == pytest.approx(full.loss, rel=1e-12)
@@ -68,7 +68,7 @@ def test_kept_blocks_stay_within_their_bytes():
     config = CONFIGS["gqa3"]
     model = Transformer(config, seed=0, dtype=np.float64)
     ids = np.arange(20) % config.vocab_size
-    from glassllm.trace.lazy import LazyTrace
+    from glassllm.trace import LazyTrace
 
     one = LazyTrace(model, ids, ids, keep_bytes=1 << 30)
     one.get("layers.0.attn.q")

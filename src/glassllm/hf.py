@@ -439,18 +439,18 @@ def byte_level_pattern(digits: str | None = None) -> str:
     number categories of this Python's Unicode tables; ``\\s`` is Unicode White_Space (as in
     Oniguruma, which ``tokenizers`` uses).
     """
-    from .tokenizer import _SPACE
+    from .tokenizer import WHITE_SPACE as space
 
     letters, numbers = _code_point_class(("L",)), _code_point_class(("N",))
     contractions = "'s|'t|'re|'ve|'m|'ll|'d"
     word = f" ?[{letters}]+"
-    other = f" ?[^{_SPACE}{letters}{numbers}]+"
+    other = f" ?[^{space}{letters}{numbers}]+"
     if digits is None:
         return (f"{contractions}|{word}| ?[{numbers}]+|{other}"
-                f"|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+")
+                f"|[{space}]+(?![^{space}])|[{space}]+")
     number = f"[{numbers}]" if digits == "individual" else f"[{numbers}]+"
     return (f"{number}|{contractions}|{word}|{other}"
-            f"|[{_SPACE}]+(?![^{_SPACE}{numbers}])|[{_SPACE}]+")
+            f"|[{space}]+(?![^{space}{numbers}])|[{space}]+")
 
 
 _PRE_TOKENIZER_LAYOUTS = ("a Sequence of Split (regex) then ByteLevel(use_regex=false), as glassllm exports; "

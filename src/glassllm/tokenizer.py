@@ -141,6 +141,7 @@ PATTERN = (
     r"|[" + _SPACE + r"]+(?![^" + _SPACE + r"])"  # 5. spaces, minus the last before a word
     r"|[" + _SPACE + r"]+"  # 6. other spaces
 )
+WHITE_SPACE = _SPACE  # the inside of a regex class of Unicode White_Space (also for GPT-2's split, glassllm.hf)
 _SPACE_CHARS = frozenset(re.findall("[" + _SPACE + "]", "".join(map(chr, range(0x3001)))))
 
 # ----------------------------------------------------------------------------

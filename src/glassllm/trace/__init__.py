@@ -70,7 +70,7 @@ from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, regi
                        snapshot_table, write_snapshot_doc)
 from .tokens import to_str_tokens
 from .tracer import IGNORE_INDEX, Tracer, trace
-from .lazy import LazyTrace
+from .tracer import LazyTrace
 
 __all__ = [
     "Tracer", "Trace", "Step", "trace", "LazyTrace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
