@@ -42,7 +42,7 @@ import numpy as np
 
 from ..nn import causal_mask
 from ..sampling import sampling_distribution
-from ..trace import registry
+from ..trace import Tracer, registry
 from ..trace.registry import axis_sizes
 from .cache import TraceCache, model_digest, nbytes
 from .schema import (
@@ -89,7 +89,8 @@ class _Run:
     def __init__(self, trace, step: int, ids: list[int], target: int | None):
         self.trace, self.step, self.ids, self.target = trace, step, ids, target
         self.start = trace.steps[step].start                             # positions already cached
-        self.logits = trace.get("logits", step=step)[-1]                 # (V,) the last position's
+        last = getattr(trace, "last_logits", None)                       # a LazyTrace keeps them
+        self.logits = last if last is not None else trace.get("logits", step=step)[-1]  # (V,) the last position's
 
     def get(self, full: str, head: int | None, grad: bool) -> np.ndarray:
         read = self.trace.grad if grad else self.trace.get
@@ -271,6 +272,7 @@ class Inspector:
         self._check_target(req)
         ids = self.encode(req.prompt)
         self._check_intervention(req.intervention, len(ids))
+        self._check_cells(full, axes, len(ids), req.step)                # before any forward runs
 
         run = self._run_for(ids, req.step, req.intervention, req.target if req.grad else None, req.grad)
         a = run.get(full, req.head, req.grad)                            # head axis dropped
@@ -307,6 +309,16 @@ class Inspector:
             "target_piece": self._vocab[run.target] if req.grad and run.target is not None else None,
         }
         return out
+
+    def _check_cells(self, full: str, axes, n_prompt: int, step: int) -> None:
+        """Refuse a view larger than --max-cells from the shapes alone, before the model runs."""
+        n, m = (n_prompt, n_prompt) if not step else (1, n_prompt + step)
+        sizes = axis_sizes(self.config, n, m)
+        cells = int(np.prod([sizes[a] for a in axes if a not in HEAD_AXES]))
+        if cells > self.limits.max_cells:
+            shape = " x ".join(str(sizes[a]) for a in axes if a not in HEAD_AXES)
+            raise ValueError(f"snapshot {full!r} has {shape} = {cells} values; this inspector "
+                             f"sends at most {self.limits.max_cells} (--max-cells)")
 
     def _check_target(self, req) -> None:
         """A gradient request's target: only with ``grad``, and a token id of the vocabulary."""
@@ -491,18 +503,19 @@ class Inspector:
 
     def _prompt_run(self, ids, iv, target, grad) -> _Run:
         """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
+        keep = max(self.cache.max_bytes // 4, 1)                          # a run's computed blocks
         def compute():
             model = self._replica()
             top = target if grad and target is not None else None
             if top is None:  # the model's own top choice, under the same intervention
-                top = int(np.argmax(_trace_prompt(model, ids, iv, False, None).logits))
-            return _trace_prompt(model, ids, iv, True, top)
+                top = int(np.argmax(_trace_prompt(model, ids, iv, False, None, keep).logits))
+            return _trace_prompt(model, ids, iv, True, top, keep)
         return self.cache.get(self._prompt_key(ids, iv, target, grad), compute, size=_run_bytes)
 
     def _step_run(self, ids, step) -> _Run:
         key = self._decode_key(ids, step)
         passes = self.cache.get(key, lambda: _trace_decoding(self._replica(), self.tokenizer, ids, key[-1]),
-                                size=lambda runs: _run_bytes(runs[0]))
+                                size=lambda runs: _run_bytes(runs[1]) if len(runs) > 1 else 0)
         if step >= len(passes):
             raise ValueError(f"greedy decoding of this prompt ended (end-of-text) after step "
                              f"{len(passes) - 1}; there is no step {step}")
@@ -533,7 +546,10 @@ class Inspector:
 
 
 def _run_bytes(run: _Run) -> int:
-    """Bytes a traced run holds: every step's values and gradients."""
+    """Bytes a traced run holds: every step's values and gradients (a lazy trace: what it may grow to)."""
+    reserved = getattr(run.trace, "reserved_bytes", None)
+    if reserved is not None:
+        return reserved
     return nbytes(*[(s.values, s.grads) for s in run.trace.steps])
 
 
@@ -601,23 +617,26 @@ def _edits(iv: Intervention | None) -> list:
     return [tr.Temperature(iv.temperature, layers=[iv.layer], heads=iv.head)]
 
 
-def _trace_prompt(model, ids, iv, grad, target) -> _Run:
+def _trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> _Run:
     """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot.
 
-    ValueError if an edit (a number set by hand, e.g. an rms of 0) makes the logits non-finite.
+    The trace is lazy (:class:`~glassllm.trace.LazyTrace`): it keeps the residual stream between the
+    blocks (and the gradient arriving at each), and computes a block's snapshots when a view reads
+    them, keeping up to ``keep_bytes`` of computed blocks. ValueError if an edit (a number set by hand,
+    e.g. an rms of 0) makes the logits non-finite.
     """
-    from ..trace import trace
+    from ..trace import LazyTrace
 
     tokens = np.array(ids)                                               # (n,)
     edit = iv is not None and iv.kind == "edit"
     with np.errstate(all="ignore") if edit else contextlib.nullcontext():   # overflow is refused below instead
         if not grad:
-            run = _Run(trace(model, tokens, interventions=_edits(iv)), 0, list(ids), None)
+            run = _Run(LazyTrace(model, tokens, None, _edits(iv), keep_bytes=keep_bytes), 0, list(ids), None)
         else:
             # Cross-entropy only at the last position: every other target is ignored (-100).
             targets = np.full(len(ids), -100)
             targets[-1] = target
-            run = _Run(trace(model, tokens, targets=targets, interventions=_edits(iv)), 0, list(ids), target)
+            run = _Run(LazyTrace(model, tokens, targets, _edits(iv), keep_bytes=keep_bytes), 0, list(ids), target)
     if edit and not np.isfinite(run.logits).all():
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
                          f"{shown(iv.name)} = {iv.value} is outside what the model can compute with "
@@ -625,15 +644,25 @@ def _trace_prompt(model, ids, iv, grad, target) -> _Run:
     return run
 
 
-def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
-    """Greedy decoding with the KV cache, traced: one _Run per forward pass (0 = the prompt)."""
+def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run | None]:
+    """Greedy decoding with the KV cache, traced: one _Run per forward pass after the prompt's
+    (entry 0 is None: the prompt's own pass is :func:`_trace_prompt`'s, so it is not recorded here)."""
     from ..generate import generate
-    from ..trace import Tracer
 
-    with Tracer(model) as tracer:
+    with _AfterPrompt(model) as tracer:
         chosen = [tok.id for tok in generate(model, tokenizer, ids, max_new_tokens=passes,
                                              temperature=0, fast=False)]
     t = tracer.trace
     seq = list(ids) + chosen
-    return [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps)]
+    return [None] + [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps) if s > 0]
+
+
+class _AfterPrompt(Tracer):
+    """A tracer that records nothing of the first forward (the prompt: it may then run its kernels)."""
+
+    def wants(self, names) -> bool:
+        return len(self.steps) > 1 and super().wants(names)
+
+    def record(self, name, t):
+        return t if len(self.steps) <= 1 else super().record(name, t)
 

@@ -160,19 +160,30 @@ def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0)
     """The logit lens as a table: for every stream and position, its most likely token and that probability.
 
     Returns ``(ids, probs)``, each (L + 1, n) with axes ``stream``, ``position``
-    (the inspector's logit-lens view: one cell per stream and position).
+    (the inspector's logit-lens view: one cell per stream and position). Computed a stream and a few
+    positions at a time in the model's dtype, so a large vocabulary never makes the whole lens.
 
     >>> from glassllm.nn import Transformer
     >>> ids, probs = lens_top(Transformer(seed=0), [5, 6, 7])
     >>> ids.shape, bool(((0 < np.asarray(probs)) & (np.asarray(probs) <= 1)).all())
     ((5, 3), True)
     """
-    lens = logit_lens(model, tokens, interventions=interventions, tokenizer=tokenizer, batch=batch)
-    logits = np.asarray(lens, dtype=np.float64)                         # (L+1, n, V)
-    top = logits.argmax(axis=-1)                                        # (L+1, n)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    prob = 1.0 / np.exp(shifted).sum(axis=-1)                           # (L+1, n): p of the top token
-    dims, labels = ("stream", "position"), lens.labels[:2]
+    L = model.config.n_layers
+    names = [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post"]
+    t = _run(model, tokens, names, interventions, batch)
+    n = t.get(names[0]).shape[0]
+    top = np.empty((L + 1, n), dtype=np.int64)
+    prob = np.empty((L + 1, n), dtype=np.float64)
+    # A stream and a few positions at a time, in the model's dtype: never the (L+1, n, V) lens itself.
+    rows = max(1, (8 << 20) // (4 * model.config.vocab_size))
+    for s, k in enumerate(names):
+        x = t.get(k)                                                    # (n, C)
+        for lo in range(0, n, rows):
+            logits = _unembed(model, x[lo:lo + rows])                   # (r, V)
+            top[s, lo:lo + rows] = logits.argmax(axis=-1)
+            shifted = logits - logits.max(axis=-1, keepdims=True)
+            prob[s, lo:lo + rows] = 1.0 / np.exp(shifted).sum(axis=-1, dtype=np.float64)  # p of the top token
+    dims, labels = ("stream", "position"), [names, _position_labels(t.tokens, n, tokenizer)]
     return (Labelled(top, dims, labels, "logit lens: top token"),
             Labelled(prob, dims, labels, "logit lens: its probability"))
 

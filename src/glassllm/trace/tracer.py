@@ -287,6 +287,14 @@ def _targets(targets, shape: tuple, loss_at) -> np.ndarray:
 # ----------------------------------------------------------------------------
 
 
+class _Reference(Tracer):
+    """A tracer under which every layer runs its reference code (as under a tracer that records
+    everything), whatever it records: a lazy trace's passes compute what a full trace computes."""
+
+    def wants(self, names) -> bool:
+        return True
+
+
 class LazyTrace(Trace):
     """The :class:`~glassllm.trace.Trace` of one forward of one row of tokens, computed a block at a time
     when read. Made by ``trace(model, tokens, lazy=True)``.
@@ -304,11 +312,10 @@ class LazyTrace(Trace):
     - ``norm.*``, ``logits``, ``probs``: the final norm and head run again from the last block's output,
       and the loss is back-propagated from there.
 
-    Computed blocks are kept, least recently read first out, within ``keep_bytes``. The values equal a
-    full :func:`~glassllm.trace.trace` to float rounding (the stored inputs come from a forward that may
-    use fused kernels where a full trace runs the reference code). The gradients come from the same
-    backward, run a block at a time (as gradient checkpointing does): the stored gradients are exactly
-    what the full backward passes from block to block.
+    Computed blocks are kept, least recently read first out, within ``keep_bytes``. Every pass runs the
+    model's reference code, as a full :func:`~glassllm.trace.trace` does (no fused kernel), so the values
+    are the full trace's. The gradients come from the same backward, run a block at a time (as gradient
+    checkpointing does): the stored gradients are what the full backward passes from block to block.
 
     >>> from glassllm.nn import Transformer
     >>> from glassllm.trace import trace
@@ -342,7 +349,7 @@ class LazyTrace(Trace):
 
         # One forward, keeping the residual stream between blocks (and the logits, for the loss).
         base = ["embed"] + [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post", "logits"]
-        probe = Tracer(self._model, base, dtype=dtype, interventions=self._interventions)
+        probe = _Reference(self._model, base, dtype=dtype, interventions=self._interventions)
         with ag.no_grad(), probe:
             self._model(tokens)
         step = probe.trace.steps[0]
@@ -364,10 +371,12 @@ class LazyTrace(Trace):
         # One backward, a block at a time: the loss from the last block's output, then down the blocks.
         logits = step.values["logits"]
         self.loss = float(ag.cross_entropy(Tensor(logits[None].astype(model.dtype)), targets, IGNORE_INDEX).item())
-        g = self._outer(None)
+        # Each segment records its own snapshots on the way, as a full trace does: the same graph,
+        # so the same sums in the same order, and the last blocks computed are kept.
+        g = self._segment("outer")
         for i in reversed(range(L)):
             self._out_grads[i] = g
-            g = self._block(i, None, g)
+            g = self._segment(f"layers.{i}")
         self.steps[0].grads["embed"] = g                     # the embedding is block 0's input
         self._always["embed.grad"] = g
 
@@ -405,26 +414,32 @@ class LazyTrace(Trace):
         if seg in self._segments:
             self._segments.move_to_end(seg)
             return
-        tracer_names = [k for k in self.axes if self._segment_of(k) == seg]
-        tracer = Tracer(self._model, tracer_names, dtype=self._dtype, interventions=self._interventions)
+        self._segment(seg)
+
+    def _segment(self, seg: str):
+        """Run segment ``seg`` ("outer" or "layers.{i}") recording its snapshots (with a loss, their
+        gradients too) into the kept blocks; returns d loss / d the segment's input (None without a loss)."""
+        names = [k for k in self.axes if self._segment_of(k) == seg]
+        tracer = Tracer(self._model, names, dtype=self._dtype, interventions=self._interventions)
         if seg == "outer":
-            self._outer(tracer)
+            g = self._outer(tracer)
         else:
             i = int(seg.split(".")[1])
-            self._block(i, tracer, self._out_grads[i])
+            g = self._block(i, tracer, self._out_grads[i])
         got = tracer.trace.steps[0]
         self.steps[0].values.update(got.values)
         self.steps[0].grads.update(got.grads)
-        added = sorted(set(got.values) | set(got.grads))
-        self._segments[seg] = added
+        self._segments[seg] = sorted(set(got.values) | set(got.grads))
+        self._segments.move_to_end(seg)
         self._held += sum(a.nbytes for a in got.values.values()) + sum(a.nbytes for a in got.grads.values())
         while self._held > self._keep and len(self._segments) > 1:   # the one just computed stays
-            _, names = self._segments.popitem(last=False)
-            for k in names:                                  # a segment's own names (never "embed")
+            _, dropped = self._segments.popitem(last=False)
+            for k in dropped:                                # a segment's own names (never "embed")
                 for store in (self.steps[0].values, self.steps[0].grads):
                     a = store.pop(k, None)
                     if a is not None:
                         self._held -= a.nbytes
+        return g
 
     # -- running a segment ---------------------------------------------------------
     def _stored(self, g: np.ndarray) -> np.ndarray:
@@ -433,10 +448,9 @@ class LazyTrace(Trace):
         return g
 
     def _run(self, tracer, fn, x: np.ndarray, grad_out):
-        """``fn(Tensor x)`` under ``tracer`` (None: record nothing, apply the interventions); with
-        ``grad_out`` back-propagate it (a scalar loss when ``grad_out`` is "loss") and return d/dx."""
+        """``fn(Tensor x)`` under ``tracer``; with ``grad_out`` back-propagate it (a scalar loss when
+        ``grad_out`` is "loss") and return d/dx."""
         want_grad = grad_out is not None
-        tracer = tracer if tracer is not None else Tracer(self._model, [], interventions=self._interventions)
         model = self._model
         params = model.parameters()
         saved = [p.grad for p in params]
