@@ -313,9 +313,9 @@ class LazyTrace(Trace):
       and the loss is back-propagated from there.
 
     Computed blocks are kept, least recently read first out, within ``keep_bytes``. Every pass runs the
-    model's reference code, as a full :func:`~glassllm.trace.trace` does (no fused kernel), so the values
-    are the full trace's. The gradients come from the same backward, run a block at a time (as gradient
-    checkpointing does): the stored gradients are what the full backward passes from block to block.
+    model's reference code, as a full :func:`~glassllm.trace.trace` does (no fused kernel), and records a
+    block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. The
+    backward runs a block at a time (as gradient checkpointing does), passing the stored gradient on.
 
     >>> from glassllm.nn import Transformer
     >>> from glassllm.trace import trace
