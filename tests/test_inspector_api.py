@@ -588,6 +588,49 @@ def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
         assert message in err and "Traceback" not in err and err.count("\n") == 1, err
 
 
+def test_export_holds_the_chosen_layers_and_refuses_past_its_bound(model_file, small_model, parts, tmp_path, capsys):
+    from glassllm.cli import main
+
+    whole, some = tmp_path / "whole.html", tmp_path / "some.html"
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(whole), "--steps", "1"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(some), "--steps", "1",
+                 "--html-layers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "holds the views of layers 1 of 0..2" in err and "--html-layers" in err
+    assert some.stat().st_size < 0.6 * whole.stat().st_size
+
+    def data(path):
+        html = path.read_text(encoding="utf-8")
+        return json.loads(re.search(r'<script id="glass-data" type="application/json">(.*?)</script>', html, re.S)
+                          .group(1))
+    page = data(some)
+    layers = {json.loads(k.split(":", 1)[1]).get("layer") for k in page["responses"] if k.startswith("snapshot:")}
+    assert layers == {None, 1}
+    assert "layers 1 of 0..2" in page["left_out"] and data(whole)["left_out"] is None
+    heads = [k for k in page["responses"] if k.startswith("heads:")]
+    grid = page["responses"][heads[0]]
+    assert grid["layers"] == 3                                          # the head grid covers every layer
+
+    # Past the bound: one line, exit 2, nothing written; the size counted is what the page would embed.
+    bounded = tmp_path / "bounded.html"
+    mb = whole.stat().st_size / 1e6
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(bounded), "--steps", "1",
+                 "--html-max-mb", f"{mb / 3:.3f}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and not bounded.exists()
+    assert f"passes its bound of {float(f'{mb / 3:.3f}'):g} MB (--html-max-mb)" in err
+    assert "--html-layers 0,2" in err
+    for argv, message in [(["--html-layers", "3"], "layers must be layer numbers in 0..2"),
+                          (["--html-layers", "a"], "--html-layers must be layer numbers"),
+                          (["--html-max-mb", "0"], "--html-max-mb must be a number of MB > 0")]:
+        assert main(["inspect", "x", "--model", str(model_file), "--html", str(bounded), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert main(["inspect", "x", "--model", str(model_file), "--html-layers", "0"]) == 2
+    assert "--html-layers applies only with --html" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
 def test_cli_serves_prints_the_url_and_needs_a_token_off_loopback(model_file, host):
     import httpx

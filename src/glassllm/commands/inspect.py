@@ -67,6 +67,11 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--steps", type=int, default=None, metavar="N",
                         help="with --html: greedy decoding steps to include (default: 8, or --max-new-tokens "
                              "if lower)")
+    parser.add_argument("--html-layers", default=None, metavar="I,J,...",
+                        help="with --html: the layers whose views the file holds (default: all); the head grid, "
+                             "logit lens, attributions and logits always cover every layer")
+    parser.add_argument("--html-max-mb", type=float, default=None, metavar="MB",
+                        help="with --html: refuse an export that would embed more than MB megabytes (default: 50)")
     parser.add_argument("--max-prompt-tokens", type=int, default=256, metavar="N",
                         help="longest prompt a request may send, in tokens (default: 256; capped by the context)")
     parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
@@ -139,6 +144,18 @@ def run(args) -> int:
         raise ValueError("--token and --no-token contradict each other: give one")
     if args.token is not None:
         check_token_text(args.token)
+    for flag in ("html_layers", "html_max_mb"):
+        if getattr(args, flag) is not None and args.html is None:
+            raise ValueError(f"--{flag.replace('_', '-')} applies only with --html")
+    if args.html_max_mb is not None and not 0 < args.html_max_mb < float("inf"):
+        raise ValueError(f"--html-max-mb must be a number of MB > 0, got {args.html_max_mb}")
+    layers = None
+    if args.html_layers is not None:
+        try:
+            layers = [int(part) for part in args.html_layers.split(",")]
+        except ValueError:
+            raise ValueError(f"--html-layers must be layer numbers separated by commas (0,3), "
+                             f"got {args.html_layers[:40]!r}") from None
     if args.steps is not None and args.html is None:
         raise ValueError("--steps applies only with --html (the server decodes as far as the page asks)")
     if args.steps is not None and not 0 <= args.steps <= args.max_new_tokens:
@@ -157,11 +174,16 @@ def run(args) -> int:
 
         refuse_to_replace(args.html, "--html", "an earlier inspector export",
                           lambda p: b"<title>glassllm inspector</title>" in read_head(p, 2048), inputs=[args.model])
-        stats = export_html(inspector, prompt, args.html, steps=args.steps)
+        from ..inspector.export import MAX_MB
+
+        stats = export_html(inspector, prompt, args.html, steps=args.steps, layers=layers,
+                            max_mb=MAX_MB if args.html_max_mb is None else args.html_max_mb)
         ablation = stats["parts"].get("ablation", 0)
         print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views, "
               f"{ablation / 1e6:.1f} MB of them the later layers' attention under each layer-0 head's ablation); "
               "open it in any browser, offline")
+        if stats["left_out"]:
+            print(f"note: {stats['left_out']}", file=sys.stderr)
         if stats["over_max_cells"]:
             print(f"note: {stats['over_max_cells']} of those views hold more than --max-cells "
                   f"{args.max_cells:,} values, so the file holds their error instead; raise --max-cells to include them",

@@ -658,10 +658,12 @@ def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run | None]:
 
 
 class _AfterPrompt(Tracer):
-    """A tracer that records nothing of the first forward (the prompt: it may then run its kernels)."""
+    """A tracer that records nothing of the first forward (the prompt). Every layer still runs its
+    reference code there, as under a tracer of every name, so the keys cached for the later passes
+    are those of a full trace, bit for bit."""
 
     def wants(self, names) -> bool:
-        return len(self.steps) > 1 and super().wants(names)
+        return len(self.steps) <= 1 or super().wants(names)
 
     def record(self, name, t):
         return t if len(self.steps) <= 1 else super().record(name, t)

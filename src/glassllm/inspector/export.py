@@ -21,6 +21,14 @@ What is embedded, for the prompt:
   of every later layer: how a later head's pattern depends on a layer-0 head
   (a previous-token head feeding an induction head, say).
 
+The layers embedded (``layers``, default every one) bound the file: each chosen layer
+brings its snapshots, its decoding steps' snapshots and its interventions; the head grid,
+the logit lens, the attributions and the logits cover the whole model. A view of a layer
+left out says so on the page, with the command that includes it. The answers are counted
+as they are made: past ``max_mb`` megabytes the export stops and refuses in one line,
+naming how much it held at which layer and what to choose instead (fewer layers, a
+shorter prompt, a larger bound), before writing anything.
+
 Answers a view cannot have (the gradient of a constant, say) are embedded as
 their error message, which the page shows as the live server would. Style
 sheet and script are inlined, and a Content-Security-Policy forbids every
@@ -42,7 +50,13 @@ from .schema import (
 )
 from .server import read_assets
 
-__all__ = ["TEMPERATURES", "build_responses", "render_html", "export_html"]
+__all__ = ["TEMPERATURES", "MAX_MB", "build_responses", "render_html", "export_html", "ExportTooLarge"]
+
+MAX_MB = 50.0                          # the default bound of one export's embedded answers, in MB (1e6 bytes)
+
+
+class ExportTooLarge(ValueError):
+    """The answers an export would embed pass its ``max_mb`` bound."""
 
 TEMPERATURES = (0.25, 0.5, 2.0, 4.0)   # the page's score-temperature choices
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -56,19 +70,28 @@ def _answer(fn, req) -> dict:
         return {"error": str(e).splitlines()[0]}
 
 
-def _views(inspector: Inspector, layers, names=None):
-    """(name, layer, head) for every view the page's selectors can reach."""
+def _views(inspector: Inspector, layers, names=None, inside=None, outside=None):
+    """(name, layer, head) for every view the page's selectors can reach (``inside``: only the names
+    inside the layers; ``outside``: only those outside them)."""
     for entry in inspector.info()["names"]:
         if names is not None and entry["name"] not in names:
+            continue
+        if (inside and not entry["in_layer"]) or (outside and entry["in_layer"]):
             continue
         for layer in (layers if entry["in_layer"] else [None]):
             for head in (range(entry["heads"]) if entry["heads"] else [None]):
                 yield entry["name"], layer, head
 
 
-def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, dict]:
-    """Every answer the page can ask for about ``prompt``: request key -> response."""
+def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, max_bytes: int | None = None,
+                    ) -> dict[str, dict]:
+    """Every answer the page can ask for about ``prompt`` (the views of ``layers``: default every
+    layer): request key -> response. Past ``max_bytes`` of answers (as JSON), :class:`ExportTooLarge`."""
     out: dict[str, dict] = {}
+    L = inspector.config.n_layers
+    layers = list(range(L)) if layers is None else sorted(set(layers))
+    held = [0]
+    where = ["the model-wide views"]
 
     def put(kind, fn, req):
         answer = _answer(fn, req)
@@ -78,11 +101,13 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
                 part.pop("sampled", None)
                 part.pop("survivors", None)
         out[request_key(kind, req)] = answer
+        held[0] += len(json.dumps(answer, separators=(",", ":")))
+        if max_bytes is not None and held[0] > max_bytes:
+            raise ExportTooLarge(_too_large(inspector, layers, held[0], max_bytes, where[0]))
 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
-    layers = range(inspector.config.n_layers)
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history
         out[request_key("timeline", TimelineRequest())] = inspector.timeline_view()
@@ -93,12 +118,19 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
         put("heads", inspector.heads, HeadsRequest(prompt=prompt, grad=grad))
     put("lens", inspector.lens, tokens)
     put("attribution", inspector.attribution, AttributionRequest(prompt=prompt))
-    for name, layer, head in _views(inspector, layers):
+    for name, layer, head in _views(inspector, [None], outside=True):
         for grad in (False, True):
             put("snapshot", inspector.snapshot,
                 SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, grad=grad))
+    for at in layers:
+        where[0] = f"layer {at}"
+        for name, layer, head in _views(inspector, [at], inside=True):
+            for grad in (False, True):
+                put("snapshot", inspector.snapshot,
+                    SnapshotRequest(prompt=prompt, name=name, layer=layer, head=head, grad=grad))
 
     # Greedy decoding, step by step, while the text goes on.
+    where[0] = "the decoding steps"
     for step in range(1, steps + 1):
         nxt = out[request_key("next", NextRequest(prompt=prompt, step=step - 1))]
         if "error" in nxt or nxt.get("finished"):
@@ -111,6 +143,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     # Interventions: the logits after each, and the intervened layer's attention.
     H = inspector.config.n_heads
     for layer in layers:
+        where[0] = f"the interventions of layer {layer}"
         ivs = [Intervention(kind="ablate", layer=layer, head=h) for h in range(H)]
         ivs.append(Intervention(kind="mask_off", layer=layer))
         ivs += [Intervention(kind="temperature", layer=layer, temperature=t) for t in TEMPERATURES]
@@ -118,12 +151,30 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
             put("next", inspector.next_token, NextRequest(prompt=prompt, intervention=iv))
             if iv.kind == "ablate":
                 put("heads", inspector.heads, HeadsRequest(prompt=prompt, intervention=iv))
-            # The intervened layer's attention; under a layer-0 head's ablation, every later layer's too.
-            later = range(layer, len(layers)) if layer == 0 and iv.kind == "ablate" else [layer]
+            # The intervened layer's attention; under a layer-0 head's ablation, every later chosen layer's too.
+            later = [at for at in layers if at >= layer] if layer == 0 and iv.kind == "ablate" else [layer]
             for name, at, head in _views(inspector, later, {"attn.scores", "attn.mask", "attn.softmax"}):
                 put("snapshot", inspector.snapshot,
                     SnapshotRequest(prompt=prompt, name=name, layer=at, head=head, intervention=iv))
     return out
+
+
+def _too_large(inspector: Inspector, layers: list[int], held: int, max_bytes: int, where: str) -> str:
+    L = inspector.config.n_layers
+    fewer = "--html-layers 0" if L == 1 else f"--html-layers 0,{L - 1}"
+    return (f"this export passes its bound of {max_bytes / 1e6:g} MB (--html-max-mb) with {held / 1e6:.1f} MB "
+            f"embedded, at {where}, of {len(layers)} chosen layer(s) of {L}; choose fewer layers ({fewer}), "
+            "a shorter prompt or fewer --steps, or raise --html-max-mb")
+
+
+def left_out(inspector: Inspector, layers) -> str | None:
+    """What an export of ``layers`` leaves out, and how to include it (None: nothing is left out)."""
+    L = inspector.config.n_layers
+    if layers is None or set(layers) >= set(range(L)):
+        return None
+    chosen = ",".join(str(i) for i in sorted(set(layers)))
+    return (f"this export holds the views of layers {chosen} of 0..{L - 1} (and the head grid, logit lens, "
+            "attributions and logits of every layer); --html-layers chooses the layers it holds")
 
 
 def _part(key: str) -> str:
@@ -137,10 +188,10 @@ def _part(key: str) -> str:
     return kind
 
 
-def render_html(info: dict, prompt: str, responses: dict[str, dict]) -> str:
-    """The page with its style, script and data inlined."""
+def render_html(info: dict, prompt: str, responses: dict[str, dict], note: str | None = None) -> str:
+    """The page with its style, script and data inlined (``note``: what the export left out)."""
     assets = read_assets()
-    data = json.dumps({"info": info, "prompt": prompt, "responses": responses},
+    data = json.dumps({"info": info, "prompt": prompt, "responses": responses, "left_out": note},
                       separators=(",", ":"), ensure_ascii=True)
     data = data.replace("<", "\\u003c")  # no "</script>" can close the data block early
     html = assets["index.html"]
@@ -155,12 +206,15 @@ def render_html(info: dict, prompt: str, responses: dict[str, dict]) -> str:
     return html
 
 
-def export_html(inspector: Inspector, prompt: str, path, steps: int | None = None) -> dict:
+def export_html(inspector: Inspector, prompt: str, path, steps: int | None = None, layers=None,
+                max_mb: float = MAX_MB) -> dict:
     """Write the offline inspector for ``prompt`` to ``path`` (atomically).
 
     ``steps``: greedy decoding steps to include (default: 8, or the
-    inspector's ``max_new_tokens`` if lower). Returns ``{"path", "bytes",
-    "responses", "over_max_cells", "parts"}`` (views larger than the inspector's ``max_cells``,
+    inspector's ``max_new_tokens`` if lower). ``layers``: the layers whose views it holds (default:
+    all). ``max_mb``: the most megabytes of answers it may embed; past it, :class:`ExportTooLarge`
+    (a ``ValueError``) and nothing is written. Returns ``{"path", "bytes",
+    "responses", "over_max_cells", "parts", "left_out"}`` (views larger than the inspector's ``max_cells``,
     saved as their error; ``parts``: the embedded answers' bytes by kind -- ``snapshot``, ``next``,
     ``heads``, ``tokens``, and ``ablation`` for the later layers' views under a layer-0 head's
     ablation). Raises ``ValueError`` for a prompt the inspector refuses
@@ -174,8 +228,17 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
     steps = min(8, limit) if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= limit:
         raise ValueError(f"steps must be an int in [0, {limit}] (--max-new-tokens), got {steps!r}")
-    responses = build_responses(inspector, prompt, steps)
-    html = render_html(inspector.info(), prompt, responses)
+    L = inspector.config.n_layers
+    if layers is not None:
+        layers = list(layers)
+        bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < L]
+        if bad or not layers:
+            raise ValueError(f"layers must be layer numbers in 0..{L - 1}, got {layers!r}")
+    if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 0 < max_mb < float("inf"):
+        raise ValueError(f"max_mb must be a number of MB > 0, got {max_mb!r}")
+    responses = build_responses(inspector, prompt, steps, layers, int(max_mb * 1e6))
+    note = left_out(inspector, layers)
+    html = render_html(inspector.info(), prompt, responses, note)
     data = html.encode("utf-8")
     atomic_write(path, data)
     too_big = sum(1 for r in responses.values() if "max-cells" in str(r.get("error", "")))
@@ -183,4 +246,4 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
     for key, answer in responses.items():
         parts[_part(key)] = parts.get(_part(key), 0) + len(json.dumps(answer, separators=(",", ":")))
     return {"path": str(path), "bytes": len(data), "responses": len(responses), "over_max_cells": too_big,
-            "parts": parts}
+            "parts": parts, "left_out": note}

@@ -43,8 +43,9 @@
         delete plain.intervention;
         r = embedded.responses[requestKey(kind, plain)];
       }
-      if (!r) throw new Error("not included in this offline export (under an intervention it holds the intervened " +
-        "layer's attention, and under a layer-0 head's ablation every later layer's): run `glassllm inspect` for every view");
+      if (!r) throw new Error("not included in this offline export (" + (embedded.left_out ? embedded.left_out + "; " : "") +
+        "under an intervention it holds the intervened layer's attention, and under a layer-0 head's ablation every " +
+        "later layer's): run `glassllm inspect` for every view");
       if (r.error) throw new Error(r.error);
       return r;
     },
