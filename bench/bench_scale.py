@@ -490,10 +490,13 @@ def main(argv=None) -> int:
         for shape in shapes:
             results[shape] = run_shape(shape, Path(tmp), args.repeats, not args.no_tl)
     env = environment(load_before)
-    report = {"command": "python bench/bench_scale.py " + " ".join(argv), "environment": env,
-              "threads": 1, "results": results, "targets": targets_table(results)}
-    write_report(args.out, report)
     table = markdown(results, env)
+    from datetime import datetime, timezone
+
+    report = {"command": "python bench/bench_scale.py " + " ".join(argv), "environment": env,
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "threads": 1, "results": results, "targets": targets_table(results), "markdown": table}
+    write_report(args.out, report)
     print(table)
     if args.markdown:
         from glassllm.files import atomic_write
