@@ -83,3 +83,22 @@ def test_lazy_refuses_what_it_cannot_follow():
         trace(model, [1, 2], names="logits", lazy=True)
     with pytest.raises(ValueError, match="one row of tokens"):
         trace(model, [[1, 2], [3, 4]], lazy=True)
+
+
+def test_a_loss_added_after_the_forward_gives_the_same_gradients():
+    """The inspector's way: one forward, the target read from its own last logits, then the backward."""
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=6, dtype=np.float64), np.random.default_rng(7))
+    ids = np.arange(3, 13) % config.vocab_size
+    lazy = LazyTrace(model, ids)
+    lazy.get("layers.1.attn.softmax")                    # a block read before the loss: recomputed after it
+    targets = np.full(len(ids), -100)
+    targets[-1] = int(np.argmax(lazy.last_logits))
+    lazy.backward(targets)
+    full = trace(model, ids, targets=targets)
+    assert lazy.loss == full.loss
+    for k in ("layers.1.attn.softmax", "layers.0.mlp.act", "embed", "logits", "norm.rms"):
+        _close(lazy.grad(k), full.grad(k), k)
+        _close(lazy.get(k), full.get(k), k)
+    with pytest.raises(ValueError, match="one backward per trace"):
+        lazy.backward(targets)

@@ -505,11 +505,9 @@ class Inspector:
         """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
         keep = max(self.cache.max_bytes // 4, 1)                          # a run's computed blocks
         def compute():
-            model = self._replica()
-            top = target if grad and target is not None else None
-            if top is None:  # the model's own top choice, under the same intervention
-                top = int(np.argmax(_trace_prompt(model, ids, iv, False, None, keep).logits))
-            return _trace_prompt(model, ids, iv, True, top, keep)
+            # With no target, the model's own top choice under the same intervention: read from the
+            # trace's own forward, then back-propagated (one forward, one backward).
+            return _trace_prompt(self._replica(), ids, iv, True, target if grad else None, keep)
         return self.cache.get(self._prompt_key(ids, iv, target, grad), compute, size=_run_bytes)
 
     def _step_run(self, ids, step) -> _Run:
@@ -618,7 +616,8 @@ def _edits(iv: Intervention | None) -> list:
 
 
 def _trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> _Run:
-    """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot.
+    """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot
+    (``target`` None: the model's top choice).
 
     The trace is lazy (:class:`~glassllm.trace.LazyTrace`): it keeps the residual stream between the
     blocks (and the gradient arriving at each), and computes a block's snapshots when a view reads
@@ -630,13 +629,17 @@ def _trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> 
     tokens = np.array(ids)                                               # (n,)
     edit = iv is not None and iv.kind == "edit"
     with np.errstate(all="ignore") if edit else contextlib.nullcontext():   # overflow is refused below instead
-        if not grad:
-            run = _Run(LazyTrace(model, tokens, None, _edits(iv), keep_bytes=keep_bytes), 0, list(ids), None)
-        else:
+        lazy = LazyTrace(model, tokens, None, _edits(iv), keep_bytes=keep_bytes)
+        if edit and not np.isfinite(lazy.last_logits).all():
+            target = None                                                # refused below, before any backward
+        elif grad:
+            if target is None:
+                target = int(np.argmax(lazy.last_logits))
             # Cross-entropy only at the last position: every other target is ignored (-100).
             targets = np.full(len(ids), -100)
             targets[-1] = target
-            run = _Run(LazyTrace(model, tokens, targets, _edits(iv), keep_bytes=keep_bytes), 0, list(ids), target)
+            lazy.backward(targets)
+        run = _Run(lazy, 0, list(ids), target if grad else None)
     if edit and not np.isfinite(run.logits).all():
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
                          f"{shown(iv.name)} = {iv.value} is outside what the model can compute with "

@@ -363,22 +363,37 @@ class LazyTrace(Trace):
         self._always = dict(kept)
         self._out_grads: list[np.ndarray | None] = [None] * L
         self._targets = None
-        if targets is None:
-            self.without_loss = True
-            return
-        targets = np.asarray(targets).reshape(1, n)
-        self._targets = targets
-        # One backward, a block at a time: the loss from the last block's output, then down the blocks.
-        logits = step.values["logits"]
-        self.loss = float(ag.cross_entropy(Tensor(logits[None].astype(model.dtype)), targets, IGNORE_INDEX).item())
-        # Each segment records its own snapshots on the way, as a full trace does: the same graph,
-        # so the same sums in the same order, and the last blocks computed are kept.
-        g = self._segment("outer")
-        for i in reversed(range(L)):
-            self._out_grads[i] = g
-            g = self._segment(f"layers.{i}")
-        self.steps[0].grads["embed"] = g                     # the embedding is block 0's input
-        self._always["embed.grad"] = g
+        self.without_loss = True
+        if targets is not None:
+            self.backward(targets)
+
+    def backward(self, targets) -> "LazyTrace":
+        """Back-propagate the mean cross-entropy of next-token ``targets`` (n,; ``IGNORE_INDEX`` where the
+        loss does not count) a block at a time, so that every snapshot has its gradient; returns self.
+        Once per trace (``LazyTrace(..., targets)`` calls it): the target may come from this trace's own
+        ``last_logits``, without a second forward."""
+        if self._targets is not None:
+            raise ValueError("this lazy trace has its loss already (one backward per trace)")
+        targets = np.asarray(targets)
+        if targets.dtype.kind not in "iu" or targets.size != self._n:
+            raise ValueError(f"targets must be {self._n} token ids, got {targets.dtype} of shape {targets.shape}")
+        with self._lock:
+            for names in self._segments.values():        # blocks read before: values only, computed again
+                for k in names:
+                    self.steps[0].values.pop(k, None)
+            self._segments.clear()
+            self._held = 0
+            self._targets = targets.reshape(1, self._n)
+            self.without_loss = False
+            # Each segment records its own snapshots on the way, as a full trace does: the same graph,
+            # so the same sums in the same order, and the last blocks computed are kept.
+            g = self._segment("outer")
+            for i in reversed(range(len(self._inputs))):
+                self._out_grads[i] = g
+                g = self._segment(f"layers.{i}")
+            self.steps[0].grads["embed"] = g                 # the embedding is block 0's input
+            self._always["embed.grad"] = g
+        return self
 
     # -- bytes -----------------------------------------------------------------
     @property
@@ -490,6 +505,10 @@ class LazyTrace(Trace):
             with kernels.chosen(model._kernel_slots, n=self._n, m=self._n, cache=None):
                 logits = model.snap("logits", model.output(model.norm(x)))
             model.snap_derived("probs", ag.softmax, logits, axis=-1)
-            return logits if targets is None else ag.cross_entropy(logits, targets, IGNORE_INDEX)
+            if targets is None:
+                return logits
+            loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
+            self.loss = float(loss.item())
+            return loss
         g = self._run(tracer, fn, self._final, None if targets is None else "loss")
         return None if g is None else self._stored(g)
