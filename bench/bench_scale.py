@@ -28,6 +28,7 @@ Run by ``bench/run --scale`` (minutes, not part of the default run), or alone::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -199,7 +200,7 @@ def phase_inspector(path: str, n: int) -> dict:
             prompt=prompt, name="attn.q", layer=0, head=2)),
         "a gradient of a middle layer": timed(inspector.snapshot, SnapshotRequest(
             prompt=prompt, name="resid_mid", layer=L // 3, grad=True)),
-        "the logits": timed(inspector.snapshot, SnapshotRequest(prompt=prompt, name="logits")),
+        "the final norm": timed(inspector.snapshot, SnapshotRequest(prompt=prompt, name="norm.out")),
         "the logit lens": timed(inspector.lens, PromptRequest(prompt=prompt)),
         "the head grid": timed(inspector.heads, HeadsRequest(prompt=prompt)),
     }
@@ -359,19 +360,30 @@ def _hf_grad(hf, ids):
 # The report
 # ----------------------------------------------------------------------------
 
-def run_shape(shape: str, work: Path, repeats: int, tl: bool) -> dict:
+def run_shape(shape: str, work: Path, repeats: int, tl: bool, resume: bool = False) -> dict:
     folder = work / f"hf-{shape}"
-    folder.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    build_folder(shape, folder)
-    print(f"[{shape}] built the folder in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    done = work / f"{shape}-phases.json"                 # each phase's result, for --resume
+    kept = json.loads(done.read_text()) if resume and done.is_file() else {}
+
+    def phase(argv):
+        key = " ".join(argv[:1] + [a for a in argv[1:] if not a.startswith(str(work))])
+        if key not in kept:
+            kept[key] = _phase(argv)
+            done.write_text(json.dumps(kept))
+        return kept[key]
+
+    if not (resume and (folder / "tokenizer.json").is_file()):
+        folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        build_folder(shape, folder)
+        print(f"[{shape}] built the folder in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     out_file = work / f"{shape}.safetensors"
     src_bytes = folder_bytes(folder)
-    imports = [_phase(["import", str(folder), str(out_file)]) for _ in range(max(1, repeats // 3))]
+    imports = [phase(["import", str(folder), str(out_file), str(k)]) for k in range(max(1, repeats // 3))]
     file_bytes = out_file.stat().st_size
     print(f"[{shape}] import {imports}", file=sys.stderr)
-    loads = [_phase(["load", str(out_file)]) for _ in range(repeats)]
-    hf_loads = [_phase(["hf_load", str(folder)]) for _ in range(repeats)]
+    loads = [phase(["load", str(out_file), str(k)]) for k in range(repeats)]
+    hf_loads = [phase(["hf_load", str(folder), str(k)]) for k in range(repeats)]
     print(f"[{shape}] load {loads} / transformers {hf_loads}", file=sys.stderr)
 
     def med(runs, key):
@@ -385,12 +397,12 @@ def run_shape(shape: str, work: Path, repeats: int, tl: bool) -> dict:
                  "rss_x_file": med(loads, "peak_kb") * 1024 / file_bytes},
         "transformers_load": {"s": med(hf_loads, "s"), "peak_gb": med(hf_loads, "peak_kb") * 1024 / 1e9},
     }
-    result["compute"] = _phase(["compute", str(out_file), str(folder), str(repeats), "1" if tl else "0"])
-    result["inspector"] = {str(n): _phase(["inspector", str(out_file), str(n)]) for n in (32, 256)}
+    result["compute"] = phase(["compute", str(out_file), str(folder), str(repeats), "1" if tl else "0"])
+    result["inspector"] = {str(n): phase(["inspector", str(out_file), str(n)]) for n in (32, 256)}
     print(f"[{shape}] inspector {result['inspector']}", file=sys.stderr)
     L = SHAPES[shape]["num_hidden_layers"]
-    result["export"] = {"default": _phase(["export", str(out_file), str(work / "page.html"), "-"]),
-                        "two layers": _phase(["export", str(out_file), str(work / "page2.html"), f"0,{L - 1}"])}
+    result["export"] = {"default": phase(["export", str(out_file), str(work / "page.html"), "-"]),
+                        "two layers": phase(["export", str(out_file), str(work / "page2.html"), f"0,{L - 1}"])}
     print(f"[{shape}] export {result['export']}", file=sys.stderr)
     return result
 
@@ -464,7 +476,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--phase":
         kind, rest = argv[1], argv[2:]
-        fn = {"load": phase_load, "hf_load": phase_hf_load, "import": phase_import,
+        fn = {"load": lambda p, k: phase_load(p), "hf_load": lambda f, k: phase_hf_load(f),
+              "import": lambda f, o, k: phase_import(f, o),
               "inspector": lambda p, n: phase_inspector(p, int(n)),
               "export": lambda p, o, l: phase_export(p, o, None if l == "-" else l),
               "compute": lambda p, f, r, t: phase_compute(p, f, int(r), t == "1")}[kind]
@@ -474,7 +487,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="135m", help="comma-separated: 135m, 360m, 1b (default: 135m)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default: 3)")
     parser.add_argument("--no-tl", action="store_true", help="leave TransformerLens out")
-    parser.add_argument("--work", default=None, help="folder for the models (default: a temporary one)")
+    parser.add_argument("--work", default=None,
+                        help="folder for the models and each phase's result (default: a temporary one)")
+    parser.add_argument("--resume", action="store_true", help="with --work: reuse the phases already measured there")
     parser.add_argument("--out", default=str(HERE / "results" / "scale.json"))
     parser.add_argument("--markdown", default=None, help="also write the table here")
     args = parser.parse_args(argv)
@@ -486,9 +501,10 @@ def main(argv=None) -> int:
 
     load_before = os.getloadavg()
     results = {}
-    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+    with (tempfile.TemporaryDirectory() if args.work is None else contextlib.nullcontext(args.work)) as tmp:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for shape in shapes:
-            results[shape] = run_shape(shape, Path(tmp), args.repeats, not args.no_tl)
+            results[shape] = run_shape(shape, Path(tmp), args.repeats, not args.no_tl, args.resume)
     env = environment(load_before)
     table = markdown(results, env)
     from datetime import datetime, timezone
