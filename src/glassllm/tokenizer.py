@@ -417,10 +417,12 @@ class Tokenizer(TextTokenizer):
         self._ranks: dict[tuple[int, int], int] = {}  # pair -> the id it makes
         for i, m in enumerate(merges):
             new_id = 256 + i
-            if not (isinstance(m, (tuple, list)) and len(m) == 2
-                    and all(type(x) is int and 0 <= x < new_id for x in m)):
+            if not (isinstance(m, (tuple, list)) and len(m) == 2):
                 raise ValueError(f"merge {i} is {m!r}, expected two ids below {new_id}")
-            pair = (m[0], m[1])
+            a, b = m                                     # (no generator per merge: vocabularies of 50k load fast)
+            if not (type(a) is int and type(b) is int and 0 <= a < new_id and 0 <= b < new_id):
+                raise ValueError(f"merge {i} is {m!r}, expected two ids below {new_id}")
+            pair = (a, b)
             if pair in self._ranks:
                 raise ValueError(f"merge {i} repeats the pair {pair}")
             self._merges.append(pair)
