@@ -102,3 +102,16 @@ def test_a_loss_added_after_the_forward_gives_the_same_gradients():
         _close(lazy.get(k), full.get(k), k)
     with pytest.raises(ValueError, match="one backward per trace"):
         lazy.backward(targets)
+
+
+def test_across_gives_every_blocks_snapshot_in_one_forward():
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=8), np.random.default_rng(9))
+    ids = np.arange(1, 12) % config.vocab_size
+    full = trace(model, ids, interventions=[ZeroAblate(0, 1)])
+    every = LazyTrace(model, ids, interventions=[ZeroAblate(0, 1)]).across("attn.softmax", "attn.mask")
+    assert sorted(every) == sorted(f"layers.{i}.attn.{k}" for i in range(config.n_layers) for k in ("softmax", "mask"))
+    for k, v in every.items():
+        _close(v, full.get(k), k)
+    with pytest.raises(ValueError, match="not a snapshot"):
+        LazyTrace(model, ids).across("attn.nope")

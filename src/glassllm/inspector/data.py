@@ -342,9 +342,13 @@ class Inspector:
         L, n = self.config.n_layers, len(ids)
         f = -(-n // THUMB_CELLS)
         weights, masks = [], []
+        # The weights alone: one forward for every layer (a lazy trace's across); gradients: block by block.
+        every = run.trace.across("attn.softmax", "attn.mask") if not req.grad and hasattr(run.trace, "across") else {}
         for layer in range(L):
-            a = run.get(f"layers.{layer}.attn.softmax", None, req.grad)               # (H, n, n)
-            mask = run.get(f"layers.{layer}.attn.mask", None, False)                 # (n, n) True = forbidden
+            a = every.get(f"layers.{layer}.attn.softmax")
+            a = run.get(f"layers.{layer}.attn.softmax", None, req.grad) if a is None else a    # (H, n, n)
+            mask = every.get(f"layers.{layer}.attn.mask")
+            mask = run.get(f"layers.{layer}.attn.mask", None, False) if mask is None else mask  # (n, n) True = forbidden
             pooled, blocked = pool(a, mask, f)
             weights.append(pooled)
             masks.append(blocked)

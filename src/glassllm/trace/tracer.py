@@ -395,6 +395,19 @@ class LazyTrace(Trace):
             self._always["embed.grad"] = g
         return self
 
+    def across(self, *locals_: str) -> dict[str, np.ndarray]:
+        """``layers.{i}.{local}`` of every block for each layer-local name, by one forward of the model's
+        reference code (values only, nothing kept): the head grid's softmax of every layer costs one
+        forward, not every block's snapshots."""
+        names = [f"layers.{i}.{local}" for local in locals_ for i in range(len(self._inputs))]
+        unknown = [k for k in names if k not in self.axes]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a snapshot of this model")
+        probe = _Reference(self._model, names, dtype=self._dtype, interventions=self._interventions)
+        with self._lock, ag.no_grad(), probe:
+            self._model(self._tokens)
+        return dict(probe.trace.steps[0].values)
+
     # -- bytes -----------------------------------------------------------------
     @property
     def nbytes(self) -> int:
