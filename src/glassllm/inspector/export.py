@@ -161,9 +161,10 @@ def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, 
 
 def _too_large(inspector: Inspector, layers: list[int], held: int, max_bytes: int, where: str) -> str:
     L = inspector.config.n_layers
-    fewer = "--html-layers 0" if L == 1 else f"--html-layers 0,{L - 1}"
+    fewer = f"fewer layers (--html-layers 0,{L - 1}, or one), " if len(layers) > 2 else (
+        "one layer (--html-layers 0), " if len(layers) == 2 else "")
     return (f"this export passes its bound of {max_bytes / 1e6:g} MB (--html-max-mb) with {held / 1e6:.1f} MB "
-            f"embedded, at {where}, of {len(layers)} chosen layer(s) of {L}; choose fewer layers ({fewer}), "
+            f"embedded, at {where}, of {len(layers)} chosen layer(s) of {L}; choose {fewer}"
             "a shorter prompt or fewer --steps, or raise --html-max-mb")
 
 
