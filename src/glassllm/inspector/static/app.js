@@ -293,6 +293,7 @@
     $("topk").max = String(Math.min(100, c.vocab_size));
     for (const id of ["temperature", "topk", "topp"]) $(id).addEventListener("input", onSampling);
     $("show-all").addEventListener("click", toggleAll);
+    $("explain-map").addEventListener("click", () => showTab("map"));
     $("step").addEventListener("click", () => doStep());
     $("reset").addEventListener("click", () => resetSteps());
     $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); runPrompt(); });
@@ -816,6 +817,49 @@
     const scale = el("p", {id: "howto-scale"}, "Colour: ");
     scale.append(el("b", {}, sc.note), ".");
     $("howto-text").replaceChildren(...howTo(r, c, sc).map((t) => el("p", {}, t)), scale);
+    drawExplain(r);
+  }
+
+  // ------------------------------------------------------------------ the equation and the code line
+  // From info.names[i].explain (glassllm.trace.explain): the equation in the lessons' notation, and the
+  // statement of nn.py whose self.snap(...) call recorded the snapshot, with its neighbours. The plain-text
+  // equation is typeset here: one-letter symbols in italics, X_sub as a subscript, function names upright.
+  function mathNodes(text) {
+    const box = el("span", {class: "math"});
+    const re = /([A-Za-z]+)(?:_([A-Za-z0-9]+))?/g;
+    let at = 0, m;
+    while ((m = re.exec(text))) {
+      if (m.index > at) box.append(document.createTextNode(text.slice(at, m.index)));
+      const word = m[1].length === 1 || m[2] ? el("var", {}, m[1]) : el("span", {class: "fn"}, m[1]);
+      box.append(word);
+      if (m[2]) box.append(el("sub", {}, m[2]));
+      at = re.lastIndex;
+    }
+    if (at < text.length) box.append(document.createTextNode(text.slice(at)));
+    return box;
+  }
+
+  function drawExplain(r) {
+    const meta = names[r.local], x = meta && meta.explain;
+    $("explain").hidden = !x;
+    if (!x) { glass.explain = null; return; }
+    const eq = $("explain-eq");
+    eq.replaceChildren(...mathNodes(x.equation.text).childNodes);
+    eq.title = "LaTeX: " + x.equation.latex;
+    eq.dataset.latex = x.equation.latex;
+    eq.dataset.text = x.equation.text;
+    $("explain-shape").textContent = `(${meta.axes.join(", ")})`;
+    $("explain-where").textContent = `${x.path}:${x.line}`;
+    $("explain-fn").textContent = x.function;
+    // Plain text, the recording statement marked: numbered lines, as an editor shows them.
+    const width = String(x.context[x.context.length - 1][0]).length;
+    const text = (rows) => rows.map(([n, line]) => String(n).padStart(width) + "  " + line + "\n").join("");
+    const code = $("explain-code");
+    code.replaceChildren(document.createTextNode(text(x.context.filter(([n]) => n < x.first))),
+      el("mark", {class: "site"}, text(x.context.filter(([n]) => n >= x.first && n <= x.last))),
+      document.createTextNode(text(x.context.filter(([n]) => n > x.last))));
+    glass.explain = {name: r.name, local: r.local, equation: x.equation.text, latex: x.equation.latex,
+                     path: x.path, line: x.line, code: x.code, function: x.function};
   }
 
   function howTo(r, c, sc) {
@@ -1507,7 +1551,8 @@
       const meta = names[name];
       const shape = meta.axes.map((a) => sizes[a]);
       b.querySelector("small").textContent = `(${shape.join(", ")}${shape.length === 1 ? "," : ""})`;
-      b.title = `${meta.in_layer ? `layers.${state.layer}.` : ""}${name}: axes (${meta.axes.join(", ")})`;
+      b.title = `${meta.in_layer ? `layers.${state.layer}.` : ""}${name}: axes (${meta.axes.join(", ")})` +
+        (meta.explain ? ` · ${meta.explain.equation.text} · ${meta.explain.path}:${meta.explain.line}` : "");
       b.dataset.full = meta.in_layer ? `layers.${state.layer}.${name}` : name;
       b.dataset.shape = shape.join(",");
       const on = name === state.name;
