@@ -43,8 +43,9 @@
         delete plain.intervention;
         r = embedded.responses[requestKey(kind, plain)];
       }
-      if (!r) throw new Error("not included in this offline export (under an intervention it holds the intervened " +
-        "layer's attention, and under a layer-0 head's ablation every later layer's): run `glassllm inspect` for every view");
+      if (!r) throw new Error("not included in this offline export" + (body.intervention ? " (under an intervention " +
+        "it holds the intervened layer's attention, and under a layer-0 head's ablation every later layer's)" : "") +
+        ": run `glassllm inspect` for every view");
       if (r.error) throw new Error(r.error);
       return r;
     },
@@ -155,7 +156,7 @@
   // ------------------------------------------------------------------ state
   const state = {
     mode: source.mode, prompt: "", ids: [], pieces: [], layer: 0, name: "attn.softmax", head: 0, grad: false,
-    step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null,
+    step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null, query: null,
     busy: 0, rendered: 0, tab: "heatmap",
   };
   let info = null;
@@ -252,8 +253,12 @@
     const select = $("snapshot");
     select.replaceChildren();
     const groups = new Map();
+    // A notebook view holds only some snapshots (info.offline): it lists those and says how to include more.
+    const held = info.offline ? new Set(info.offline.held) : null;
     for (const n of info.names) {
       names[n.name] = n;
+      n.held = !held || held.has(n.name);
+      if (!n.held) continue;
       if (!groups.has(n.group)) groups.set(n.group, el("optgroup", {label: n.group}));
       const shape = n.axes.join(", ");
       groups.get(n.group).append(el("option", {value: n.name}, `${n.name}  (${shape})`));
@@ -289,6 +294,18 @@
       $("edit-cell").title = "setting a number needs a new forward pass: run glassllm inspect";
       document.querySelector("input[name=iv][value=edit]").disabled = true;
     }
+    const off = info.offline;
+    if (off) {
+      const missing = info.names.length - off.held.length;
+      $("offline-note").hidden = !missing;
+      $("offline-note").textContent = missing
+        ? `This notebook view holds ${off.held.length} of the ${info.names.length} snapshots; ${off.more_names}.` : "";
+      if (!off.interventions) {
+        document.querySelectorAll("input[name=iv]").forEach((r) => { if (r.value !== "none") r.disabled = true; });
+        $("iv-note").textContent = `This notebook view holds no interventions: ${off.more_interventions}.`;
+        $("iv-note").dataset.fixed = "1";
+      }
+    }
 
     $("topk").max = String(Math.min(100, c.vocab_size));
     for (const id of ["temperature", "topk", "topp"]) $(id).addEventListener("input", onSampling);
@@ -306,11 +323,12 @@
     canvas.addEventListener("mouseleave", hideCell);
     canvas.addEventListener("keydown", onCellKey);   // the canvas takes the focus (tabindex 0): arrows walk its cells
     canvas.addEventListener("blur", hideCell);
-    // Redraw when the width changes (the layout depends on it), not on every height change.
-    let width = window.innerWidth;
-    window.addEventListener("resize", () => {
-      if (current && window.innerWidth !== width) { width = window.innerWidth; draw(); }
-    });
+    // Redraw when the heatmap's frame changes width (the layout depends on it), not on every height change:
+    // the window's width, or a notebook's output frame that gets its width only after the first draw.
+    new ResizeObserver(() => {
+      const w = $("heatmap-wrap").clientWidth;
+      if (current && w > 0 && state.tab === "heatmap" && (!glass.heatmap || w !== glass.heatmap.wrapWidth)) draw();
+    }).observe($("heatmap-wrap"));
   }
 
   function syncControls() {
@@ -479,9 +497,32 @@
     pieces.forEach((p, i) => {
       const chip = el("span", {class: "tok" + (i >= generatedFrom ? " gen" : ""), "data-pos": String(i)});
       chip.append(el("b", {}, show(p)), el("small", {}, String(i)));
-      chip.title = `position ${i}${i >= generatedFrom ? " (generated)" : ""}`;
+      chip.title = `position ${i}${i >= generatedFrom ? " (generated)" : ""}: click to pick its query row and key column`;
+      chip.classList.toggle("on", i === state.query);
+      chip.tabIndex = 0;
+      chip.setAttribute("role", "button");
+      chip.setAttribute("aria-pressed", String(i === state.query));
+      chip.addEventListener("click", () => selectPosition(i));
+      chip.addEventListener("keydown", (e) => {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); selectPosition(i); }
+      });
       box.append(chip);
     });
+  }
+
+  // A token chip picks a position: its query row and its key column are outlined in the heatmap, and the
+  // cell where they cross is read out (glass.heatmap.queryRow / queryCol).
+  function selectPosition(pos) {
+    state.query = state.query === pos ? null : pos;
+    $("tokens").querySelectorAll(".tok").forEach((c) => {
+      const on = Number(c.dataset.pos) === state.query;
+      c.classList.toggle("on", on);
+      c.setAttribute("aria-pressed", String(on));
+    });
+    if (!current) return;
+    draw();
+    const {queryRow: i, queryCol: j} = glass.heatmap;
+    if (i >= 0) { cursor = {i, j: Math.max(j, 0)}; showReadout(cursor.i, cursor.j); updateEditButton(); }
   }
 
   // ------------------------------------------------------------------ the heatmap
@@ -642,7 +683,8 @@
     const rowLabelW = 112, rightW = isSoftmax ? 78 : 12;
     const topH = tokenCols ? 74 : 34, bottomH = 24;
     const availW = W - rowLabelW - rightW;
-    const maxH = Math.max(260, Math.min(640, window.innerHeight - 260));
+    const top = canvas.getBoundingClientRect().top + window.scrollY;     // from the page's top
+    const maxH = Math.max(200, Math.min(640, window.innerHeight - Math.min(top, 420) - 190));
     let cw, ch;
     if (tokenCols) {
       cw = Math.max(1, Math.min(40, Math.floor(availW / cols)));
@@ -680,6 +722,13 @@
       g.stroke();
     }
     g.strokeStyle = "#9a9485"; g.lineWidth = 1; g.strokeRect(x0 - 0.5, y0 - 0.5, gridW + 1, gridH + 1);
+    // The position picked with a token chip: its query row and, where columns are positions, its key column.
+    const queryRow = state.query === null || !r.row_pos ? -1 : r.row_pos.indexOf(state.query);
+    const queryCol = state.query !== null && tokenCols && state.query < cols ? state.query : -1;
+    g.strokeStyle = "#e8871e"; g.lineWidth = 2;
+    if (queryRow >= 0) g.strokeRect(x0 - 1, y0 + queryRow * ch - 1, gridW + 2, ch + 2);
+    if (queryCol >= 0) g.strokeRect(x0 + queryCol * cw - 1, y0 - 1, cw + 2, gridH + 2);
+    g.lineWidth = 1;
 
     // 3. KV cache: which keys were cached and which are new (decoding steps).
     const stepMode = r.step > 0 && (r.axes[0] === "m" || r.axes[1] === "m");
@@ -774,7 +823,8 @@
     glass.heatmap = {
       name: r.name, local: r.local, layer: r.layer, head: r.head, grad: r.grad, step: r.step,
       rows, cols, n: r.n, m: r.m, start: r.start, axes: r.axes, values: data, masked: mask,
-      rowLabels: r.rows, colLabels: r.cols, rowSums: sums, scale: sc,
+      rowLabels: r.rows, colLabels: r.cols, rowSums: sums, scale: sc, queryRow, queryCol, cssWidth: cssW,
+      cellWidth: cw, cellHeight: ch, wrapWidth: wrapW,
       value: (i, j) => data[i * cols + j],
       // The centre of cell (i, j) in CSS pixels from the canvas's top-left corner, for hovering.
       cellCenter: (i, j) => ({x: x0 + (j + 0.5) * cw, y: y0 + (i + 0.5) * ch}),
@@ -869,7 +919,17 @@
         "per unit change of that number, holding everything else fixed. Red raises the loss, blue lowers it. " +
         "A large gradient marks sensitivity, not importance: a number can be sensitive and still never change.");
     }
-    if (r.axes[1] === "m") {
+    const oneStep = r.step > 0 && r.shape[0] === 1;
+    if (r.axes[1] === "m" && oneStep) {
+      out.push(`Axes first: this decoding step has one row, the new query (position ${r.start}, the token just fed ` +
+        `back), and one column per key: the ${r.start} cached positions (grey marks above) and its own (orange).`);
+      out.push("Masks next: nothing is masked. The new query is the latest position, so every key is in its past " +
+        "or is itself; the hatched future keys of the prompt's pass do not exist in this row.");
+      if (r.local === "attn.softmax" && !r.grad) out.push("Then the row sum: its weights are a distribution over " +
+        "the keys and sum to 1 (the Σ row column).");
+      out.push("A bright cell says where this head reads for the next token, not what it retrieves nor whether " +
+        "it matters.");
+    } else if (r.axes[1] === "m") {
       out.push("Axes first: each row is a query (the position that reads), each column a key (a position it may read). " +
         "Rows go down, keys go right; position numbers follow each token.");
       const off = state.intervention && state.intervention.kind === "mask_off" && !r.step &&
@@ -1199,11 +1259,13 @@
                 el("span", {class: "p mono"}, fmt(probs[id])),
                 el("span", {class: "q mono muted"}, keep.has(id) ? fmt(sampled[id]) : "—"));
       li.querySelector(".track").append(fill);
+      if (state.target === id && !state.step) { li.classList.add("picked"); li.setAttribute("aria-pressed", "true"); }
       if (state.mode === "server" && !state.step) {
         li.classList.add("clickable");
         // The gradient of a candidate's loss; from a view that has none (probs, the mask), the nearest that does.
         const pick = () => {
           state.target = id;
+          drawNext();                                        // the picked candidate is marked at once
           userSelect(state.name === "probs" ? {name: "logits", grad: true}
             : state.name.endsWith("attn.mask") ? {name: "attn.softmax", grad: true} : {grad: true});
         };
@@ -1526,6 +1588,7 @@
       b.append(el("b", {}, n.name.startsWith(mod + ".") ? n.name.slice(mod.length + 1) : n.name),
                el("small", {class: "mono"}, n.axes.join(", ")));
       b.title = n.name;
+      if (!n.held) { b.disabled = true; b.dataset.absent = "1"; }
       b.addEventListener("click", () => openView({name: n.name}));
       row.append(b);
       mapNodes.set(n.name, b);
@@ -1980,7 +2043,9 @@
       $("prompt").readOnly = true;
       $("run").disabled = true;
     }
-    state.layer = 0; state.name = "attn.softmax"; state.head = 0;
+    state.layer = 0; state.head = 0;
+    state.name = names["attn.softmax"] && names["attn.softmax"].held ? "attn.softmax"
+      : info.names.find((n) => n.held).name;
     syncControls();
     if (info.timeline) $("tabs").querySelector("[data-tab=training]").hidden = false;
     await runPrompt();

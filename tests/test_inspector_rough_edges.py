@@ -1,0 +1,163 @@
+"""The inspector as a new learner meets it, in Chromium: what looks clickable acts, what is shown fits.
+
+One live server and one browser for the module (the fixtures of test_inspector_browser); each test opens a
+page, sets the window it needs and checks one thing a learner tripped over: token chips pick a position, a
+picked candidate is marked, the first heatmap follows its frame's width, the heatmap and an intervention
+with its effect fit one 1400 x 900 screen, nothing overflows at 800 px, a decoding step's reading notes fit
+its single row, and a notebook view lists only what it holds.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_inspector_browser import (PROMPT, browser, heatmap, idle, inspector, opened, parts,  # noqa: F401
+                                    server)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):                                              # noqa: F811
+    page = opened(browser, server.url)
+    page.evaluate(f"() => window.glass.run({PROMPT!r})")
+    idle(page)
+    yield page
+    page.close()
+
+
+def _select(page, view: str):
+    page.evaluate(f"() => window.glass.select({view})")
+    idle(page)
+
+
+def test_a_token_chip_picks_its_query_row_and_key_column(page):
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    _select(page, "{name: 'attn.softmax', layer: 1, head: 2}")
+    assert heatmap(page)["name"] == "layers.1.attn.softmax"
+    page.click("#tokens .tok[data-pos='5']")
+    idle(page)
+    got = page.evaluate("() => [window.glass.heatmap.queryRow, window.glass.heatmap.queryCol]")
+    assert got == [5, 5]
+    assert page.get_attribute("#tokens .tok[data-pos='5']", "aria-pressed") == "true"
+    assert "5" in page.inner_text("#readout")
+    # A vector view: the chip picks the position's row; its columns are features, not positions.
+    _select(page, "{name: 'resid_post', layer: 0}")
+    assert page.evaluate("() => [window.glass.heatmap.queryRow, window.glass.heatmap.queryCol]") == [5, -1]
+    page.click("#tokens .tok[data-pos='5']")                        # a second click lets go
+    idle(page)
+    assert page.evaluate("() => window.glass.heatmap.queryRow") == -1
+
+
+def test_a_clicked_candidate_is_marked_in_the_list(page):
+    _select(page, "{name: 'attn.softmax', layer: 0, head: 0, grad: false}")
+    first = page.locator("#bars li.bar.clickable").nth(2)
+    token = first.get_attribute("data-id")
+    first.click()
+    idle(page)
+    marked = page.locator("#bars li.bar.picked")
+    assert marked.count() == 1 and marked.get_attribute("data-id") == token
+    assert marked.get_attribute("aria-pressed") == "true"
+    _select(page, "{grad: false}")
+
+
+def test_the_heatmap_and_an_intervention_with_its_effect_fit_one_1400_by_900_screen(page):
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.evaluate("() => window.scrollTo(0, 0)")
+    _select(page, "{name: 'attn.softmax', layer: 2, head: 3, grad: false}")
+    page.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 2, head: 3})")
+    idle(page)
+    page.evaluate("() => window.scrollTo(0, 0)")
+    boxes = page.evaluate("""() => Object.fromEntries(["heatmap", "iv-layer", "iv-bars", "iv-summary"].map((id) => {
+        const r = document.getElementById(id).getBoundingClientRect(); return [id, [r.top, r.bottom]]; }))""")
+    for name, (top, bottom) in boxes.items():
+        assert 0 <= top and bottom <= 900, (name, top, bottom)
+    assert page.locator("#iv-bars li.bar").count() >= 6
+    page.evaluate("() => window.glass.intervene(null)")
+    idle(page)
+    page.set_viewport_size({"width": 1440, "height": 1000})
+
+
+def test_at_800_px_the_lens_table_and_attribution_bars_stay_in_their_cards(page):
+    page.set_viewport_size({"width": 800, "height": 900})
+    idle(page)
+    over = page.evaluate("""() => ["logit lens", "direct logit attribution"].map((label) => {
+        const card = document.querySelector(`section[aria-label="${label}"]`).getBoundingClientRect();
+        const inside = [...document.querySelectorAll(`section[aria-label="${label}"] *`)]
+          .filter((e) => !e.closest(".lens-wrap") || e.classList.contains("lens-wrap"))
+          .map((e) => e.getBoundingClientRect()).filter((r) => r.width > 0);
+        return {label, card: [card.left, card.right], worst: Math.max(...inside.map((r) => r.right)),
+                page: document.documentElement.scrollWidth};
+    })""")
+    for o in over:
+        assert o["worst"] <= o["card"][1] + 0.5, o
+        assert o["page"] <= 800, o
+    page.set_viewport_size({"width": 1440, "height": 1000})
+
+
+def test_a_decoding_steps_reading_notes_fit_its_single_row(page):
+    _select(page, "{name: 'attn.softmax', layer: 2, head: 3, grad: false}")
+    assert "hatched cells are future keys" in page.inner_text("#howto-text")
+    page.click("#step")
+    idle(page)
+    h = heatmap(page)
+    assert h["rows"] == 1 and h["start"] == h["m"] - 1
+    text = page.inner_text("#howto-text")
+    assert "hatched cells are future keys" not in text and "Rows go down" not in text
+    assert "nothing is masked" in text and f"position {h['start']}" in text
+    page.click("#reset")
+    idle(page)
+
+
+# The canvas's drawn width and its cells' width, read from the page as any version of it draws them.
+GEOMETRY = """() => { const h = window.glass.heatmap;
+    return {w: parseFloat(document.getElementById("heatmap").style.width),
+            cw: h.cellCenter(0, 1).x - h.cellCenter(0, 0).x}; }"""
+
+
+def test_the_first_heatmap_follows_a_frame_that_gets_its_width_after_the_first_draw(browser, server):  # noqa: F811
+    """A notebook's output frame can be laid out narrow when the page first draws and widen later while the
+    window keeps its size: the heatmap is drawn again for the new width (token labels, not numbers)."""
+    page = browser.new_page()
+    # Narrow from the first draw on, as an output frame not yet laid out; the style goes once the page is ready.
+    page.add_init_script("""(() => { const sheet = new CSSStyleSheet(); sheet.replaceSync("main { width: 330px; }");
+        document.adoptedStyleSheets = [sheet]; window.__narrow = sheet; })()""")
+    page.goto(server.url)
+    page.wait_for_function("() => window.glass && window.glass.ready === true")
+    page.evaluate(f"() => window.glass.run({PROMPT!r})")
+    idle(page)
+    narrow = page.evaluate(GEOMETRY)
+    assert narrow["cw"] < 9                                              # too narrow for token labels
+    page.evaluate("() => { document.adoptedStyleSheets = []; }")
+    page.wait_for_timeout(1000)
+    wide = page.evaluate(GEOMETRY)
+    assert wide["cw"] >= 9, wide
+    assert wide["w"] > narrow["w"]
+    page.close()
+
+
+def test_the_notebook_view_lists_only_the_snapshots_and_interventions_it_holds(browser, tmp_path):  # noqa: F811
+    import glassllm
+    from glassllm.checkpoint import bundled_model_path
+
+    if not bundled_model_path().exists():
+        pytest.skip("needs the bundled model")
+    view = glassllm.show("Once upon a time", steps=0)
+    path = tmp_path / "inline.html"
+    view.save(path)
+    page = browser.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+    idle(page)
+    options = page.eval_on_selector_all("#snapshot option", "els => els.map((e) => e.value)")
+    held = page.evaluate("() => window.glass.info.offline.held")
+    assert options == held and len(held) < len(page.evaluate("() => window.glass.info.names"))
+    note = page.inner_text("#offline-note")
+    assert "names=None" in note and page.is_visible("#offline-note")
+    radios = page.eval_on_selector_all("input[name=iv]", "els => els.map((e) => [e.value, e.disabled])")
+    assert all(disabled == (value != "none") for value, disabled in radios)
+    assert "interventions=True" in page.inner_text("#iv-note")
+    assert page.locator("#model-map button[data-absent='1']").count() == len(page.evaluate(
+        "() => window.glass.info.names")) - len(held)
+    # The equation and the code line are in the notebook view too.
+    assert page.get_attribute("#explain-eq", "data-text") == "A = softmaxⱼ(S with S[M] = −∞)"
+    page.close()
