@@ -57,7 +57,7 @@ def test_show_gives_jupyter_the_offline_page_in_a_sandboxed_frame(bundled):
     model, tokenizer, _ = bundled
     view = glassllm.show(PROMPT)
     bundle = view._repr_mimebundle_()
-    assert set(bundle) == {"text/html", "text/plain"} and bundle["text/plain"] == repr(view)
+    assert set(bundle) == {"text/html", "text/plain", "image/png"} and bundle["text/plain"] == repr(view)
     frame = bundle["text/html"]
     assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
     assert "<script" not in frame.split("srcdoc=", 1)[1].split('"', 2)[1]     # escaped: no markup in the attribute

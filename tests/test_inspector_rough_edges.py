@@ -161,3 +161,80 @@ def test_the_notebook_view_lists_only_the_snapshots_and_interventions_it_holds(b
     # The equation and the code line are in the notebook view too.
     assert page.get_attribute("#explain-eq", "data-text") == "A = softmaxⱼ(S with S[M] = −∞)"
     page.close()
+
+
+# ----------------------------------------------------------------------------
+# Step through one forward pass
+# ----------------------------------------------------------------------------
+
+def walk_layer(page, model, tokenizer, layer: int, position: int = 5) -> None:
+    """Walk with the → key from the first snapshot to the end of ``layer``: the names come in the registry's
+    forward order, each shows ``position``'s row of the tracer's array, its equation and code line, and the
+    model map marks it."""
+    import numpy as np
+    from test_inspector_browser import traced
+
+    from glassllm.trace.explain import explain
+
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    ref = traced(model, ids)
+    order = [k for k in model.snapshot_axes() if not k.startswith("layers.") or int(k.split(".")[1]) <= layer]
+    order = order[:order.index(f"layers.{layer}.resid_post") + 1]
+    page.evaluate("() => window.glass.tab('walk')")
+    page.select_option("#walk-pos", str(position))
+    page.evaluate("() => window.glass.walkTo(0)")
+    page.wait_for_function("() => window.glass.walk && window.glass.walk.index === 0 && window.glass.walk.row")
+    assert page.locator("#walk-map #model-map").count() == 1
+    seen = []
+    for k in range(len(order)):
+        if k:
+            page.focus("#panel-walk")
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function(f"() => window.glass.walk.index === {k} && window.glass.walk.row")
+        w = page.evaluate("() => window.glass.walk")
+        seen.append(w["name"])
+        assert w["position"] == position
+        want = ref.get(w["name"], head=w["head"])
+        want = want[:, None] if want.ndim == 1 else want
+        np.testing.assert_array_equal(np.array(w["row"], dtype=np.float64),
+                                      want[w["rowIndex"]].astype(np.float64), err_msg=w["name"])
+        assert w["rowIndex"] == position                      # no cache: rows are positions 0 .. n-1
+        info = explain(w["name"])
+        assert page.get_attribute("#walk-eq", "data-text") == info["equation"]["text"]
+        assert page.inner_text("#walk-where") == f"{info['path']}:{info['line']}"
+        assert page.get_attribute("#model-map button.walk-on", "data-name") == w["local"]
+    assert seen == order
+
+
+def test_the_step_through_walks_a_layer_in_forward_order_live(page, parts):                 # noqa: F811
+    model, tokenizer, _, _ = parts
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    walk_layer(page, model, tokenizer, layer=1)
+    # ← goes back; Play advances at a readable pace and Pause stops it.
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => window.glass.walk.index === window.glass.walk.total - 1 - 0 || true")
+    at = page.evaluate("() => window.glass.walk.index")
+    page.click("#walk-play")
+    page.wait_for_function(f"() => window.glass.walk.index >= {at + 1}", timeout=10_000)
+    page.click("#walk-play")
+    assert page.get_attribute("#walk-play", "aria-pressed") == "false"
+    stopped = page.evaluate("() => window.glass.walk.index")
+    page.wait_for_timeout(2000)
+    assert page.evaluate("() => window.glass.walk.index") == stopped
+    page.evaluate("() => window.glass.tab('heatmap')")
+    idle(page)
+    assert page.locator("#panel-map #model-map").count() == 1          # the map is back in its own tab
+
+
+def test_the_step_through_works_in_the_offline_export(browser, inspector, parts, tmp_path):  # noqa: F811
+    from glassllm.inspector import export_html
+
+    model, tokenizer, _, _ = parts
+    path = tmp_path / "walk.html"
+    export_html(inspector, PROMPT, path, steps=0)
+    page = browser.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+    idle(page)
+    walk_layer(page, model, tokenizer, layer=0, position=3)
+    page.close()

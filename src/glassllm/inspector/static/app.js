@@ -190,6 +190,7 @@
     async intervene(iv) { setIntervention(iv); await onIntervention(); },
     idle() { return idlePromise(); },
     tab(name) { return showTab(name); },
+    walkTo(index) { return walkTo(index); },
   };
   window.glass = glass;
 
@@ -519,6 +520,7 @@
       c.classList.toggle("on", on);
       c.setAttribute("aria-pressed", String(on));
     });
+    if (state.tab === "walk" && state.query !== null) { $("walk-pos").value = String(state.query); walkTo(walk.index); }
     if (!current) return;
     draw();
     const {queryRow: i, queryCol: j} = glass.heatmap;
@@ -893,23 +895,145 @@
     const meta = names[r.local], x = meta && meta.explain;
     $("explain").hidden = !x;
     if (!x) { glass.explain = null; return; }
-    const eq = $("explain-eq");
+    explainInto("explain", meta);
+    glass.explain = {name: r.name, local: r.local, equation: x.equation.text, latex: x.equation.latex,
+                     path: x.path, line: x.line, code: x.code, function: x.function};
+  }
+
+  // The equation, the site and the code with its neighbours of snapshot ``meta`` into #{prefix}-eq, -shape, ...
+  function explainInto(prefix, meta) {
+    const x = meta.explain;
+    const eq = $(prefix + "-eq");
     eq.replaceChildren(...mathNodes(x.equation.text).childNodes);
     eq.title = "LaTeX: " + x.equation.latex;
     eq.dataset.latex = x.equation.latex;
     eq.dataset.text = x.equation.text;
-    $("explain-shape").textContent = `(${meta.axes.join(", ")})`;
-    $("explain-where").textContent = `${x.path}:${x.line}`;
-    $("explain-fn").textContent = x.function;
+    $(prefix + "-shape").textContent = `(${meta.axes.join(", ")})`;
+    $(prefix + "-where").textContent = `${x.path}:${x.line}`;
+    $(prefix + "-fn").textContent = x.function;
     // Plain text, the recording statement marked: numbered lines, as an editor shows them.
     const width = String(x.context[x.context.length - 1][0]).length;
     const text = (rows) => rows.map(([n, line]) => String(n).padStart(width) + "  " + line + "\n").join("");
-    const code = $("explain-code");
+    const code = $(prefix + "-code");
     code.replaceChildren(document.createTextNode(text(x.context.filter(([n]) => n < x.first))),
       el("mark", {class: "site"}, text(x.context.filter(([n]) => n >= x.first && n <= x.last))),
       document.createTextNode(text(x.context.filter(([n]) => n > x.last))));
-    glass.explain = {name: r.name, local: r.local, equation: x.equation.text, latex: x.equation.latex,
-                     path: x.path, line: x.line, code: x.code, function: x.function};
+  }
+
+  // ------------------------------------------------------------------ step through one forward pass
+  // The snapshots in forward order (info.names: embed, each layer's names, the final norm, logits, probs),
+  // each shown for one position: its row (a query's scores or weights over the keys, a vector's features).
+  const walk = {index: 0, timer: null, seq: 0};
+  const PLAY_MS = 1600;                                   // a readable pace
+  function walkSteps() {
+    const out = [], L = info.model.n_layers;
+    const held = info.names.filter((n) => n.held !== false);
+    for (const n of held) if (!n.in_layer && n.name === "embed") out.push({local: n.name, layer: null});
+    for (let l = 0; l < L; l++) for (const n of held) if (n.in_layer) out.push({local: n.name, layer: l});
+    for (const n of held) if (!n.in_layer && n.name !== "embed") out.push({local: n.name, layer: null});
+    return out;
+  }
+
+  function buildWalk() {
+    $("walk-prev").addEventListener("click", () => walkTo(walk.index - 1));
+    $("walk-next").addEventListener("click", () => walkTo(walk.index + 1));
+    $("walk-play").addEventListener("click", () => (walk.timer ? stopPlay() : startPlay()));
+    $("walk-pos").addEventListener("change", () => { state.query = Number($("walk-pos").value); walkTo(walk.index); });
+    // ← and → step when the focus is not in a form control (which has its own use for them).
+    document.addEventListener("keydown", (e) => {
+      if (state.tab !== "walk" || e.altKey || e.ctrlKey || e.metaKey) return;
+      if (e.target.closest && e.target.closest("input, select, textarea, [role=radiogroup], [role=tablist]")) return;
+      const step = {ArrowRight: 1, ArrowLeft: -1}[e.key];
+      if (!step) return;
+      e.preventDefault();
+      walkTo(walk.index + step);
+    });
+  }
+
+  function startPlay() {
+    if (walk.index >= walkSteps().length - 1) walkTo(0);
+    $("walk-play").textContent = "❚❚ Pause"; $("walk-play").setAttribute("aria-pressed", "true");
+    walk.timer = setInterval(() => {
+      if (walk.index >= walkSteps().length - 1) stopPlay(); else walkTo(walk.index + 1);
+    }, PLAY_MS);
+  }
+  function stopPlay() {
+    if (walk.timer) clearInterval(walk.timer);
+    walk.timer = null;
+    $("walk-play").textContent = "▶ Play"; $("walk-play").setAttribute("aria-pressed", "false");
+  }
+
+  function showWalk() {
+    const pos = $("walk-pos");
+    pos.replaceChildren(...state.pieces.map((p, i) => el("option", {value: String(i)}, `${i}  ${show(p)}`)));
+    if (state.query === null || state.query >= state.pieces.length) state.query = state.pieces.length - 1;
+    pos.value = String(state.query);
+    return walkTo(walk.index);
+  }
+
+  async function walkTo(index) {
+    const steps = walkSteps();
+    walk.index = Math.max(0, Math.min(steps.length - 1, index));
+    const s = steps[walk.index], meta = names[s.local], seq = ++walk.seq;
+    const full = (s.layer === null ? "" : `layers.${s.layer}.`) + s.local;
+    const head = meta.heads ? Math.min(meta.head_axis === "H" ? heads.H : heads.G, meta.heads - 1) : undefined;
+    $("walk-count").textContent = `${walk.index + 1} / ${steps.length}`;
+    $("walk-prev").disabled = walk.index === 0;
+    $("walk-next").disabled = walk.index === steps.length - 1;
+    $("walk-name").textContent = full + (head === undefined ? "" : ` · ${meta.head_axis === "H" ? "query" : "key/value"} head ${head}`);
+    if (meta.explain) explainInto("walk", meta);
+    for (const [name, b] of mapNodes) {
+      b.classList.toggle("walk-on", name === s.local);
+      if (name === s.local) b.setAttribute("aria-current", "step"); else if (b.getAttribute("aria-current") === "step") b.removeAttribute("aria-current");
+    }
+    if ($("map-block-title") && s.layer !== null) $("map-block-title").textContent = `block ${s.layer} of ${info.model.n_layers}`;
+    const body = {prompt: state.prompt, name: s.local};
+    if (s.layer !== null) body.layer = s.layer;
+    if (head !== undefined) body.head = head;
+    let r;
+    try {
+      r = await ask("snapshot", body);
+    } catch (e) {
+      if (seq !== walk.seq) return;
+      $("walk-error").textContent = e.message; $("walk-error").hidden = false;
+      glass.walk = {index: walk.index, total: steps.length, name: full, local: s.local, layer: s.layer, head,
+                    position: state.query, row: null, error: e.message};
+      return;
+    }
+    if (seq !== walk.seq) return;                              // a later step was asked for meanwhile
+    $("walk-error").hidden = true;
+    const data = r.data || decode(r.values), mask = r.masked ? decode(r.masked) : null;
+    const [rows, cols] = r.shape;
+    const at = r.row_pos && r.row_pos.length ? r.row_pos.indexOf(state.query) : -1;
+    const i = at >= 0 ? at : Math.min(state.query, rows - 1);
+    const row = Array.from(data.slice(i * cols, (i + 1) * cols));
+    const rowMask = mask ? Array.from(mask.slice(i * cols, (i + 1) * cols)) : null;
+    const c = info.model;
+    const sizes = {n: state.ids.length, m: state.ids.length, H: c.n_heads, G: c.n_kv_heads, D: c.head_dim, C: c.dim,
+                   F: c.ffn_dim, V: c.vocab_size};
+    $("walk-shape").textContent = `(${meta.axes.map((a) => `${a} = ${sizes[a]}`).join(", ")})`;
+    const rowName = r.axes[0] === "m" ? "key" : "query";
+    $("walk-what").textContent = cols === 1
+      ? `Position ${state.query} (${show(state.pieces[state.query])}): one number, ${fmt(row[0])}.`
+      : `Row ${i} of ${rows}: the ${rowName} at position ${r.row_pos ? r.row_pos[i] : i} ` +
+        `(${show(state.pieces[r.row_pos ? r.row_pos[i] : i])}), ${cols} values` +
+        (r.col_kind === "token" ? ", one per key" : r.col_kind === "vocab" ? ", one per vocabulary id" : "") +
+        (rowMask && rowMask.some(Boolean) ? `; ${rowMask.filter(Boolean).length} future keys masked (·)` : "") + ".";
+    const sc = scaleFor(r, data, mask);
+    const strip = $("walk-strip"), W = Math.max(200, strip.clientWidth || 600);
+    strip.width = W; strip.height = 28;
+    const g = strip.getContext("2d");
+    g.imageSmoothingEnabled = false;
+    g.clearRect(0, 0, W, 28);
+    g.drawImage(cellsImage(row, rowMask, 1, cols, sc), 0, 0, W, 28);
+    const label = (j) => r.col_kind === "token" ? `${show(r.cols[j])} ` : r.col_kind === "vocab" ? `${show(info.vocab[j])} ` : "";
+    const shown = Math.min(cols, 48);
+    $("walk-values").textContent = row.slice(0, shown).map((v, j) => `${label(j)}${rowMask && rowMask[j] ? "·" : fmt(v, 3)}`)
+      .join("  ") + (cols > shown ? `  … (${cols - shown} more)` : "");
+    glass.walk = {index: walk.index, total: steps.length, name: full, local: s.local, layer: s.layer, head,
+                  position: state.query, row, rowIndex: i, masked: rowMask, shape: r.shape, axes: r.axes,
+                  equation: meta.explain ? meta.explain.equation.text : null,
+                  line: meta.explain ? meta.explain.line : null, playing: !!walk.timer};
   }
 
   function howTo(r, c, sc) {
@@ -1524,7 +1648,7 @@
   }
 
   // ------------------------------------------------------------------ tabs: heatmap, model map, all heads, training
-  const TABS = ["heatmap", "map", "heads", "training"];
+  const TABS = ["heatmap", "map", "heads", "training", "walk"];
   function showTab(name) {
     state.tab = name;
     $("tabs").querySelectorAll("button").forEach((b) => {
@@ -1536,7 +1660,12 @@
     for (const t of TABS) $("panel-" + t).hidden = t !== name;
     hideCell();
     if (name === "heatmap" && current) draw();                 // its frame may have changed size while hidden
+    // One model map: it sits in the Model map tab, or under the step-through while walking.
+    const map = $("model-map");
+    if (name === "walk") $("walk-map").append(map); else $("panel-map").append(map);
     if (name === "map") updateMap();
+    if (name !== "walk") stopPlay();
+    if (name === "walk") return showWalk();
     if (name === "heads") return loadGrid();
     if (name === "training") return showTraining();
     return Promise.resolve();
@@ -2036,6 +2165,7 @@
     buildControls();
     buildTabs();
     buildMap();
+    buildWalk();
     readIntervention();
     const boot = embedded ? embedded.prompt : (info.prompt || "Once upon a time there was a little dog");
     $("prompt").value = boot;
