@@ -167,7 +167,7 @@ def test_the_notebook_view_lists_only_the_snapshots_and_interventions_it_holds(b
 # Step through one forward pass
 # ----------------------------------------------------------------------------
 
-def walk_layer(page, model, tokenizer, layer: int, position: int = 5) -> None:
+def walk_layer(page, model, tokenizer, layer: int, position: int = 5, prompt: str = PROMPT) -> None:
     """Walk with the → key from the first snapshot to the end of ``layer``: the names come in the registry's
     forward order, each shows ``position``'s row of the tracer's array, its equation and code line, and the
     model map marks it."""
@@ -176,7 +176,7 @@ def walk_layer(page, model, tokenizer, layer: int, position: int = 5) -> None:
 
     from glassllm.trace.explain import explain
 
-    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    ids = tokenizer.encode(prompt, allowed_special="all")
     ref = traced(model, ids)
     order = [k for k in model.snapshot_axes() if not k.startswith("layers.") or int(k.split(".")[1]) <= layer]
     order = order[:order.index(f"layers.{layer}.resid_post") + 1]
@@ -211,9 +211,10 @@ def test_the_step_through_walks_a_layer_in_forward_order_live(page, parts):     
     page.set_viewport_size({"width": 1440, "height": 1000})
     walk_layer(page, model, tokenizer, layer=1)
     # ← goes back; Play advances at a readable pace and Pause stops it.
-    page.keyboard.press("ArrowLeft")
-    page.wait_for_function("() => window.glass.walk.index === window.glass.walk.total - 1 - 0 || true")
     at = page.evaluate("() => window.glass.walk.index")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"() => window.glass.walk.index === {at - 1} && window.glass.walk.row")
+    at -= 1
     page.click("#walk-play")
     page.wait_for_function(f"() => window.glass.walk.index >= {at + 1}", timeout=10_000)
     page.click("#walk-play")
@@ -231,10 +232,76 @@ def test_the_step_through_works_in_the_offline_export(browser, inspector, parts,
 
     model, tokenizer, _, _ = parts
     path = tmp_path / "walk.html"
-    export_html(inspector, PROMPT, path, steps=0)
+    short = "Once upon a time there was a dog"                          # a smaller export, the same page
+    export_html(inspector, short, path, steps=0)
     page = browser.new_page()
     page.goto(path.as_uri())
     page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
     idle(page)
-    walk_layer(page, model, tokenizer, layer=0, position=3)
+    walk_layer(page, model, tokenizer, layer=0, position=3, prompt=short)
     page.close()
+
+
+# ----------------------------------------------------------------------------
+# Save what you see
+# ----------------------------------------------------------------------------
+
+def _download(page, selector: str) -> tuple[str, bytes]:
+    with page.expect_download() as d:
+        page.click(selector)
+    download = d.value
+    return download.suggested_filename, open(download.path(), "rb").read()
+
+
+def test_every_view_saves_as_png_and_its_numbers_as_csv_and_json(page, parts):                 # noqa: F811
+    import csv
+    import io
+    import json
+
+    import numpy as np
+    from test_inspector_browser import softmax64, traced
+
+    model, tokenizer, _, _ = parts
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    page.evaluate("() => window.glass.tab('heatmap')")
+    _select(page, "{name: 'attn.softmax', layer: 2, head: 3, grad: false}")
+    ids = tokenizer.encode(PROMPT, allowed_special="all")
+    n = len(ids)
+    ref = traced(model, ids)
+    want = ref.get("attn.softmax", layer=2, head=3)
+
+    name, data = _download(page, ".save[data-view=heatmap] button[data-format=csv]")
+    assert name == "glassllm-layers.2.attn.softmax-head3.csv"
+    text = data.decode("utf-8")
+    about = [line for line in text.splitlines() if line.startswith("# ")]
+    assert f"# prompt: {PROMPT}" in about and any(line.startswith("# model: 4 layers") for line in about)
+    assert "# snapshot: layers.2.attn.softmax" in about and "# head: 3" in about
+    table = list(csv.reader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("# ")))))
+    assert len(table) == n + 1 and len(table[0]) == n + 1
+    pieces = tokenizer.pieces(ids)
+    assert table[0][1:] == [f"{j} {p}" for j, p in enumerate(pieces)]
+    got = np.array([[float(v) if v else np.nan for v in row[1:]] for row in table[1:]])
+    future = np.triu(np.ones((n, n), bool), 1)
+    assert np.isnan(got[future]).all()                                   # masked: left empty
+    np.testing.assert_array_equal(got[~future].astype(np.float32), want[~future])   # the trace's numbers, exactly
+
+    name, data = _download(page, ".save[data-view=heatmap] button[data-format=png]")
+    assert name.endswith(".png") and data[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(data[16:20], "big")
+    assert width == page.evaluate("() => document.getElementById('heatmap').width")
+
+    name, data = _download(page, ".save[data-view=next] button[data-format=json]")
+    doc = json.loads(data)
+    assert doc["prompt"] == PROMPT and doc["columns"] == ["id", "piece", "logit", "p", "sampled"]
+    p = softmax64(ref.get("logits")[-1], doc["temperature"])
+    for token, piece, _, prob, _ in doc["rows"]:
+        assert piece == tokenizer.piece(token) and prob == pytest.approx(p[token], rel=1e-12)
+
+    for view in ("lens", "attribution"):
+        name, data = _download(page, f".save[data-view={view}] button[data-format=csv]")
+        assert data.decode("utf-8").startswith(f"# prompt: {PROMPT}\n"), view
+        name, data = _download(page, f".save[data-view={view}] button[data-format=png]")
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", view
+    attribution = page.evaluate("() => window.glass.attribution")
+    name, data = _download(page, ".save[data-view=attribution] button[data-format=json]")
+    assert json.loads(data)["rows"] == [[label, v] for label, v in zip(attribution["labels"], attribution["values"])]
