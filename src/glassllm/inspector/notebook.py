@@ -12,8 +12,10 @@ A notebook keeps its outputs, so the inline page holds fewer views than a
 ``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
 weights, output) and each block's output on the residual stream, values and
 gradients; the next-token distribution; two greedy steps; and no
-interventions (``interventions=True`` adds them). A view that is left out says
-so, and ``glassllm inspect`` shows it.
+interventions (``interventions=True`` adds them). The page lists only the views
+it holds and says how to include the rest; ``glassllm inspect`` shows them all.
+The display also carries a PNG of the first view (:func:`first_view_png`), which
+a notebook shows where the page's script cannot run.
 
 :meth:`Trace.show <glassllm.trace.Trace.show>` shows a trace already
 recorded, with its own numbers (and whatever interventions made them): the
