@@ -25,6 +25,14 @@ from pathlib import Path
 
 from ..config import ModelConfig
 
+def _rmsnorm(prefix: str, v: str, hat: str, given: tuple[str, str] | None = None) -> dict:
+    """The three snapshots of an RMSNorm whose input is called ``v`` (output ``hat``, as text)."""
+    return {f"{prefix}.in": given or (v, v),
+            f"{prefix}.rms": (rf"r_i = \sqrt{{\tfrac{{1}}{{C}}\textstyle\sum_c {v}_{{ic}}^2 + \varepsilon}}",
+                              f"rᵢ = √(mean({v}ᵢ²) + ε)"),
+            f"{prefix}.out": (rf"\hat{{{v}}}_i = {v}_i / r_i \odot w", f"{hat}ᵢ = {v}ᵢ / rᵢ ⊙ w")}
+
+
 # Keys are snapshot names with the layer number removed ("attn.scores"). Symbols: x the residual
 # stream entering a block, h after its attention, t_i the i-th token, E the embedding matrix, w an
 # RMSNorm's weight, W_Q W_K W_V W_O the attention projections, W_1 W_2 W_3 the MLP's, ε the norm's eps.
@@ -32,10 +40,7 @@ EQUATIONS: dict[str, tuple[str, str]] = {
     "embed": (r"x_i = E_{t_i}", "xᵢ = E[tᵢ]"),
     "resid_pre": (r"x = x^{(\ell-1)}_{\mathrm{post}} \quad (x = \mathrm{embed}\ \text{in layer } 0)",
                   "x = resid_post of the layer before (embed in layer 0)"),
-    "attn_norm.in": (r"x", "x"),
-    "attn_norm.rms": (r"r_i = \sqrt{\tfrac{1}{C}\textstyle\sum_c x_{ic}^2 + \varepsilon}",
-                      "rᵢ = √(mean(xᵢ²) + ε)"),
-    "attn_norm.out": (r"\hat{x}_i = x_i / r_i \odot w", "x̂ᵢ = xᵢ / rᵢ ⊙ w"),
+    **_rmsnorm("attn_norm", "x", "x̂"),
     "attn.q": (r"Q = \hat{x} W_Q^\top", "Q = x̂ W_Qᵀ"),
     "attn.k": (r"K = \hat{x} W_K^\top", "K = x̂ W_Kᵀ"),
     "attn.v": (r"V = \hat{x} W_V^\top", "V = x̂ W_Vᵀ"),
@@ -52,20 +57,14 @@ EQUATIONS: dict[str, tuple[str, str]] = {
     "attn.head_out": (r"O_h = Z_h\, W_{O,h}^\top", "Oₕ = Zₕ W_O[:, h]ᵀ"),
     "attn.out": (r"o = \textstyle\sum_h O_h", "o = Σₕ Oₕ"),
     "resid_mid": (r"h = x + o", "h = x + o"),
-    "mlp_norm.in": (r"h", "h"),
-    "mlp_norm.rms": (r"r_i = \sqrt{\tfrac{1}{C}\textstyle\sum_c h_{ic}^2 + \varepsilon}",
-                     "rᵢ = √(mean(hᵢ²) + ε)"),
-    "mlp_norm.out": (r"\hat{h}_i = h_i / r_i \odot w", "ĥᵢ = hᵢ / rᵢ ⊙ w"),
+    **_rmsnorm("mlp_norm", "h", "ĥ"),
     "mlp.gate": (r"g = \hat{h} W_1^\top", "g = ĥ W₁ᵀ"),
     "mlp.up": (r"u = \hat{h} W_3^\top", "u = ĥ W₃ᵀ"),
     "mlp.act": (r"a = \mathrm{silu}(g) = g \cdot \sigma(g)", "a = silu(g) = g · σ(g)"),
     "mlp.prod": (r"p = a \odot u", "p = a ⊙ u"),
     "mlp.out": (r"f = p\, W_2^\top", "f = p W₂ᵀ"),
     "resid_post": (r"x^{(\ell)}_{\mathrm{post}} = h + f", "x_post = h + f"),
-    "norm.in": (r"y = x^{(L-1)}_{\mathrm{post}}", "y = resid_post of the last layer"),
-    "norm.rms": (r"r_i = \sqrt{\tfrac{1}{C}\textstyle\sum_c y_{ic}^2 + \varepsilon}",
-                 "rᵢ = √(mean(yᵢ²) + ε)"),
-    "norm.out": (r"\hat{y}_i = y_i / r_i \odot w", "ŷᵢ = yᵢ / rᵢ ⊙ w"),
+    **_rmsnorm("norm", "y", "ŷ", (r"y = x^{(L-1)}_{\mathrm{post}}", "y = resid_post of the last layer")),
     "logits": (r"z = \hat{y}\, W_{\mathrm{out}}^\top", "z = ŷ W_outᵀ"),
     "probs": (r"P_{iv} = e^{z_{iv}} / \textstyle\sum_u e^{z_{iu}}", "Pᵢᵥ = softmaxᵥ(zᵢ)"),
 }
