@@ -305,3 +305,17 @@ def test_every_view_saves_as_png_and_its_numbers_as_csv_and_json(page, parts):  
     attribution = page.evaluate("() => window.glass.attribution")
     name, data = _download(page, ".save[data-view=attribution] button[data-format=json]")
     assert json.loads(data)["rows"] == [[label, v] for label, v in zip(attribution["labels"], attribution["values"])]
+    # The head grid: every layer's and head's weights, as drawn.
+    page.evaluate("() => window.glass.tab('heads')")
+    idle(page)
+    name, data = _download(page, ".save[data-view=grid] button[data-format=json]")
+    doc = json.loads(data)
+    L, H = model.config.n_layers, model.config.n_heads
+    assert doc["shape"] == [L, H, n, n] and doc["prompt"] == PROMPT
+    grid = np.array([row[1:] for row in doc["rows"]], dtype=np.float64).reshape(L, H, n, n)
+    for layer in range(L):
+        np.testing.assert_array_equal(grid[layer].astype(np.float32), ref.get("attn.softmax", layer=layer))
+    name, data = _download(page, ".save[data-view=grid] button[data-format=png]")
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    page.evaluate("() => window.glass.tab('heatmap')")
+    idle(page)
