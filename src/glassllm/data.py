@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_path, make_folder
+from .optional import require
 from .tokenizer import EOT, folder_texts
 
 __all__ = [
@@ -331,7 +332,7 @@ def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", e
 
 
 def _progress_bar(total, name, enabled):
-    from tqdm import tqdm
+    tqdm = require("tqdm", "a download's progress bar").tqdm
     return tqdm(total=total, desc=f"download {name}", unit="B", unit_scale=True, disable=not enabled)
 
 

@@ -34,6 +34,7 @@ from ..data import WindowSampler, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
 from ..nn import Transformer
 from ..optim import AdamW
+from ..optional import require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizer import Tokenizer
 from .config import DTYPES, TrainConfig
@@ -180,7 +181,7 @@ class Trainer:
 
     def run(self, until: int | None = None) -> None:
         """Train up to step ``until`` (default: config.steps), checkpointing as configured."""
-        from tqdm import tqdm
+        tqdm = require("tqdm", "training's progress bar").tqdm
 
         c = self.config
         stop = c.steps if until is None else min(int(until), c.steps)
