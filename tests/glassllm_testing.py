@@ -60,18 +60,19 @@ def _requirement_name(req: str) -> str:
     return re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].strip().lower().replace("_", "-")
 
 
-def dev_packages() -> set[str] | None:
-    """The distributions ``.[dev]`` brings (following self-references), normalised; None without tomllib."""
+def extra_requirements(extra: str) -> set[str] | None:
+    """The distributions ``.[extra]`` brings, following the extras it names (``glassllm-numpy[app]``), with
+    the core dependencies; names normalised (``transformer-lens``). None without ``tomllib`` (Python 3.10)."""
     try:
         import tomllib
-    except ModuleNotFoundError:                     # Python 3.10
+    except ModuleNotFoundError:
         return None
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras, own = project.get("optional-dependencies", {}), project["name"]
 
-    def closure(extra: str) -> set[str]:
+    def closure(name: str) -> set[str]:
         out = set()
-        for req in extras.get(extra, []):
+        for req in extras[name]:
             inner = re.fullmatch(rf"{re.escape(own)}\[([\w,-]+)\]", req.strip())
             if inner:
                 for sub in inner.group(1).split(","):
@@ -79,7 +80,12 @@ def dev_packages() -> set[str] | None:
             else:
                 out.add(_requirement_name(req))
         return out
-    return closure("dev") | {_requirement_name(r) for r in project.get("dependencies", [])}
+    return closure(extra) | {_requirement_name(r) for r in project.get("dependencies", [])}
+
+
+def dev_packages() -> set[str] | None:
+    """The distributions ``.[dev]`` brings (see :func:`extra_requirements`)."""
+    return extra_requirements("dev")
 
 
 def package_of(module: str) -> str:

@@ -17,8 +17,10 @@ from pathlib import Path
 from ..checks import ParameterError
 from ..config import ModelConfig
 from ..data import REPEAT_TOKENS, hub_source, resolve_sources, text_sha256s
+from ..optional import require
 from ..tokenizer import Tokenizer
 from ..train import DTYPES, RECIPES, Trainer, TrainConfig, blas_threads, lock_run_folder
+from ..train.trainer import PROGRESS
 
 __all__ = ["add_cli", "run", "add_config_options", "given_options"]
 
@@ -154,6 +156,8 @@ def run(args) -> int:
         base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
         train_opts = {**{k: v for k, v in base.items() if v != plain[k]}, **train_opts}
     progress = not (args.no_progress or args.quiet)
+    if progress:
+        require("tqdm", PROGRESS)         # before any work: the bar is the last thing the loop needs
     if args.until is not None and args.until < 1:
         raise ValueError(f"--until must be a step >= 1, got {args.until}")
     if args.resume:
