@@ -52,8 +52,10 @@ def test_lessons_import_reference_libraries_only_in_optional_asides():
 
 def test_ci_runs_the_lessons_and_the_notebook_in_a_clean_learn_venv():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'python -m pip install -q -e ".[dev]" && python -m pytest' in ci      # the README's command
-    assert "python -m venv" in ci and "--system-site-packages" not in ci
+    assert 'pip install -q -e ".[dev]" && python -m pytest' in ci                # the README's command
+    assert "GLASSLLM_STRICT=1" in ci                                             # in a fresh venv, strictly
+    assert 'source "$venv/bin/activate"' in ci and "fresh_venv \"$venv\"" in ci
+    assert "-m venv" in ci and "--system-site-packages" not in ci
     assert '-e ".[learn-test]"' in ci and '-c "import torch"' in ci
     assert "-m pytest docs/lessons tests/test_notebooks.py" in ci
     assert ci.rstrip().endswith("exit $status")
