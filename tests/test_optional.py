@@ -158,3 +158,22 @@ def test_core_install_trains_without_a_progress_bar(tmp_path):
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert "needs the package tqdm" in run.stderr and "--no-progress" in run.stderr
     assert not (tmp_path / "bar").exists()
+
+
+def test_python_m_glassllm_is_the_command():
+    import glassllm
+
+    run = subprocess.run([sys.executable, "-m", "glassllm", "--version"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == f"glassllm {glassllm.__version__}", run.stderr
+
+
+def test_the_installed_version_is_glassllm_version():
+    import importlib.metadata
+
+    import glassllm
+
+    try:
+        installed = importlib.metadata.version(optional.DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"glassllm is not installed as the distribution {optional.DISTRIBUTION} here")
+    assert installed == glassllm.__version__                        # pyproject reads it from glassllm/__init__.py

@@ -71,7 +71,7 @@ def test_byte_fallback_for_unseen_characters(trio):
 def test_equals_on_tinystories_held_out_text(trio, shared_data):
     path = shared_data / "tinystories" / "valid.txt"
     if not path.is_file():
-        pytest.skip(f"{path} is absent")
+        pytest.skip(f"needs ../shared: {path} is absent")
     text = path.read_text(encoding="utf-8")[:200_000]
     ids = _check_same(trio, text)
     assert trio[0].decode(ids) == text
