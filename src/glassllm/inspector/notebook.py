@@ -31,14 +31,16 @@ import json
 import os
 
 import numpy as np
-from pydantic import ValidationError
 
 from ..checkpoint import atomic_write
 from ..nn import causal_mask
+from ..optional import require
 from ..trace import trace as run_trace
 from .data import Inspector
 from .export import build_responses, render_html
 from .schema import Limits, PromptRequest, describe_validation_error
+
+ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["INLINE_NAMES", "InlineView", "show", "show_trace"]
 
@@ -149,10 +151,7 @@ def _first_view(held) -> str:
 
 def first_view_png(recorded, local: str, tokenizer=None) -> bytes:
     """The page's first view (layer 0, head 0 of ``local``) of a trace, drawn by :meth:`Trace.plot` as PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
+    Figure = require("matplotlib.figure", "the notebook view's static picture").Figure   # no pyplot: no backend
 
     full = local if local in recorded.axes else f"layers.0.{local}"
     head = 0 if any(a in ("H", "G") for a in recorded.axes[full]) else None
