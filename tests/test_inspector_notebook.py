@@ -59,7 +59,8 @@ def test_show_gives_jupyter_the_offline_page_in_a_sandboxed_frame(bundled):
     bundle = view._repr_mimebundle_()
     assert set(bundle) == {"text/html", "text/plain", "image/png"} and bundle["text/plain"] == repr(view)
     frame = bundle["text/html"]
-    assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
+    # Scripts and the Save buttons' downloads only: no same-origin access to the notebook, no navigation.
+    assert frame.startswith("<iframe") and 'sandbox="allow-scripts allow-downloads"' in frame
     assert "<script" not in frame.split("srcdoc=", 1)[1].split('"', 2)[1]     # escaped: no markup in the attribute
     page = _page(view)
     assert page == view.page

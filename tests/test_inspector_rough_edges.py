@@ -239,6 +239,11 @@ def test_the_step_through_works_in_the_offline_export(browser, inspector, parts,
     page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
     idle(page)
     walk_layer(page, model, tokenizer, layer=0, position=3, prompt=short)
+    # Saving works offline too (the page's policy forbids requests, not downloads).
+    page.evaluate("() => window.glass.tab('heatmap')")
+    idle(page)
+    name, data = _download(page, ".save[data-view=heatmap] button[data-format=csv]")
+    assert name.endswith(".csv") and data.decode("utf-8").startswith(f"# prompt: {short}\n")
     page.close()
 
 

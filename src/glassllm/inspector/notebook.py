@@ -5,8 +5,8 @@ displays as the inspector itself: the self-contained page of
 ``glassllm inspect PROMPT --html FILE`` (:mod:`.export`) inside an
 ``<iframe srcdoc=...>``. It needs no server and no network: the page carries
 its script, its style and the answers its controls ask for, and its
-Content-Security-Policy forbids every request. The frame is sandboxed (scripts
-only), so the page cannot reach the notebook around it.
+Content-Security-Policy forbids every request. The frame is sandboxed (scripts,
+and downloads for its Save buttons), so the page cannot reach the notebook around it.
 
 A notebook keeps its outputs, so the inline page holds fewer views than a
 ``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
@@ -68,7 +68,7 @@ class InlineView:
     def _repr_html_(self) -> str:
         # srcdoc is an attribute: the page is escaped once, quotes included, and the browser unescapes it.
         return (f'<iframe class="glassllm-inspector" title="{html.escape(self.title, quote=True)}" '
-                f'sandbox="allow-scripts" srcdoc="{html.escape(self.page, quote=True)}" '
+                f'sandbox="allow-scripts allow-downloads" srcdoc="{html.escape(self.page, quote=True)}" '
                 f'style="width: 100%; height: {self.height}px; border: 1px solid #ccc;"></iframe>')
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
