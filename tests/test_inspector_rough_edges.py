@@ -180,7 +180,7 @@ def walk_layer(page, model, tokenizer, layer: int, position: int = 5, prompt: st
     ref = traced(model, ids)
     order = [k for k in model.snapshot_axes() if not k.startswith("layers.") or int(k.split(".")[1]) <= layer]
     order = order[:order.index(f"layers.{layer}.resid_post") + 1]
-    page.evaluate("() => window.glass.tab('walk')")
+    page.click("#tabs button[data-tab=walk]")
     page.select_option("#walk-pos", str(position))
     page.evaluate("() => window.glass.walkTo(0)")
     page.wait_for_function("() => window.glass.walk && window.glass.walk.index === 0 && window.glass.walk.row")
@@ -188,7 +188,8 @@ def walk_layer(page, model, tokenizer, layer: int, position: int = 5, prompt: st
     seen = []
     for k in range(len(order)):
         if k:
-            page.focus("#panel-walk")
+            if k == 1:
+                page.focus("#walk-next")                      # where a click on the tab leaves the focus
             page.keyboard.press("ArrowRight")
             page.wait_for_function(f"() => window.glass.walk.index === {k} && window.glass.walk.row")
         w = page.evaluate("() => window.glass.walk")

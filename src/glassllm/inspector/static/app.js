@@ -1812,7 +1812,13 @@
 
   function buildTabs() {
     const tabs = $("tabs");
-    tabs.querySelectorAll("button").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
+    tabs.querySelectorAll("button").forEach((b) => b.addEventListener("click", () => {
+      const shown = showTab(b.dataset.tab);
+      // Clicked open, the walk takes the focus, so that ← → step through it at once (in the tab list they
+      // move between tabs).
+      if (b.dataset.tab === "walk") $("walk-next").focus();
+      return shown;
+    }));
     tabs.addEventListener("keydown", (e) => {
       const step = {ArrowRight: 1, ArrowLeft: -1}[e.key];
       if (!step) return;
