@@ -194,7 +194,7 @@ def load_model(path, dtype=None, mmap: bool = True):
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
     try:
-        state = read_safetensors(path, mmap=mmap)
+        state = read_safetensors(path, set(expected), mmap=mmap)
     except OSError as e:
         raise ValueError(f"{name!r}: cannot read tensors: {e.strerror or e}") from None
     model = Transformer(config, dtype=target, init=False)

@@ -11,7 +11,9 @@ line on stderr and exit code 2, as argparse does for bad options. An empty
 string where a file or folder is expected is refused before any work (it would
 otherwise mean the current folder). A library error that names a parameter
 (:class:`~glassllm.checks.ParameterError`) names the option that set it instead:
-``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`).
+``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`). A command that needs an optional
+package which is not installed says which extra brings it, in one line, with exit code 2
+(:class:`glassllm.optional.MissingExtra`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ COMMANDS = {
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
     "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
     "import-hf": ("glassllm.commands.import_model", "import a Hugging Face Llama folder as a model file (as import)"),
+    "trace": ("glassllm.commands.trace", "print one snapshot of a forward pass: a labelled matrix, JSON or .npy"),
+    "snapshots": ("glassllm.commands.trace", "list every snapshot name with its shape and equation"),
     "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 
@@ -85,6 +89,7 @@ def main(argv=None) -> int:
 
     from .checks import ParameterError
     from .commands import option_for
+    from .optional import MissingExtra
 
     if args.command in KEEP_FREED_MEMORY:
         from .heap import keep_freed_memory
@@ -102,7 +107,7 @@ def main(argv=None) -> int:
         text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
         print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError, OverflowError) as e:
+    except (ValueError, TypeError, OSError, OverflowError, MissingExtra) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:

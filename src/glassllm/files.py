@@ -1,4 +1,4 @@
-"""Files, at the ground floor: atomic writes, folders, and reading safetensors without torch.
+"""Files, at the ground floor: atomic writes, folders, and safetensors read and written with NumPy alone.
 
 Every file glassllm writes goes through :func:`atomic_path` or :func:`atomic_write`:
 the data goes to a temporary file in the same folder, is flushed to disk and
@@ -27,7 +27,8 @@ import numpy as np
 
 __all__ = [
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
-    "read_safetensors", "write_safetensors", "MAX_HEADER_BYTES",
+    "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "write_safetensors", "read_tagged",
+    "MAX_HEADER_BYTES",
 ]
 
 MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
@@ -165,27 +166,102 @@ def starts_like_safetensors(head: bytes) -> bool:
     return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
 
 
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+              "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+_NP_TO_ST = {np.dtype(t): name for name, t in _ST_DTYPES.items() if name != "BF16"}
+
+
+def _layout(tensors: dict, metadata) -> tuple[list[str], dict[str, np.ndarray], bytes]:
+    """The safetensors layout of ``tensors``: their order (larger items first, then by name, so that every
+    tensor starts aligned to its item size), the arrays, and the header (its 8-byte length, then the JSON
+    padded with spaces to a multiple of 8 bytes)."""
+    meta = dict(metadata or {})
+    bad = next((k for k, v in meta.items() if not (isinstance(k, str) and isinstance(v, str))), None)
+    if bad is not None:
+        raise TypeError(f"safetensors metadata must map str to str; {bad!r} -> {type(meta[bad]).__name__}")
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    header: dict = {"__metadata__": meta} if meta else {}
+    order, offset = sorted(arrays, key=lambda k: (-arrays[k].dtype.itemsize, k)), 0
+    for name in order:
+        a = arrays[name]
+        if a.dtype not in _NP_TO_ST:
+            raise TypeError(f"tensor {name!r} has dtype {a.dtype}; safetensors holds "
+                            f"{', '.join(str(d) for d in _NP_TO_ST)}")
+        header[name] = {"dtype": _NP_TO_ST[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return order, arrays, struct.pack("<Q", len(text)) + text
+
+
+def _little(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+
+
+def encode_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    """The safetensors file that holds ``tensors`` (and the string pairs ``metadata``), as bytes.
+
+    The format's layout: the header's length (8 bytes, little-endian), the JSON header (padded with
+    spaces to a multiple of 8 bytes), then every tensor's bytes, little-endian and C-ordered, with no
+    gaps; larger items first, so that every tensor starts aligned to its item size.
+    :func:`write_safetensors` writes the same bytes to a file a tensor at a time.
+    """
+    order, arrays, head = _layout(tensors, metadata)
+    return head + b"".join(_little(arrays[name]).tobytes() for name in order)
+
+
+def write_safetensors(path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write :func:`encode_safetensors`'s bytes to ``path``, atomically, one tensor at a time: beyond what
+    the arrays already hold, writing needs at most one copy of one tensor (one that is not contiguous or
+    not little-endian), never the whole file in memory."""
+    order, arrays, head = _layout(tensors, metadata)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            for name in order:
+                f.write(memoryview(_little(arrays[name]).reshape(-1)).cast("B"))
+
+
+def read_safetensors_metadata(path) -> dict[str, str]:
+    """The ``__metadata__`` string pairs of a safetensors file (empty if it has none), without its tensors.
+
+    A file that is not safetensors is one ``ValueError`` line naming it.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(header, dict) or not isinstance(meta or {}, dict):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+    return {str(k): str(v) for k, v in (meta or {}).items()}
 
 
 def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """The metadata and tensors of a safetensors file whose metadata says ``format`` ``fmt`` and
     ``version`` ``version`` (glassllm's training states and timelines are such files). Anything
-    else, or a file safetensors cannot read, is one ``ValueError`` line naming the file and ``what``
+    else, or a file that is not safetensors, is one ``ValueError`` line naming the file and ``what``
     it should have been."""
-    from safetensors import safe_open
-
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != fmt or meta.get("version") != version:
-                raise ValueError(f"{str(path)!r} is not {what} "
-                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
-            return meta, {k: f.get_tensor(k) for k in f.keys()}
-    except ValueError:
-        raise
-    except Exception as e:  # safetensors' own error types
-        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
+        meta = read_safetensors_metadata(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise ValueError(f"{str(path)!r} is not {what} (format {meta.get('format')!r} v{meta.get('version')!r})")
+    try:
+        return meta, read_safetensors(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
 
 
 def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) -> dict[str, np.ndarray]:
@@ -195,10 +271,10 @@ def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) ->
     their type and, with ``mmap`` (the default), are views into a copy-on-write memory map of the
     file: nothing is read until a value is used, the pages count once (as the file's, shared with
     the page cache), and writing to an array changes this process's copy only, never the file.
-    F16 and BF16 are widened to float32 exactly, tensor by tensor, here, when the file is read
-    (each widened tensor is an ordinary array of twice the bytes). ``mmap=False`` reads every
-    tensor into memory of its own. A malformed header or a tensor whose offsets do not fit the
-    file is one ``ValueError`` line naming the file.
+    Integer and BOOL tensors keep their type too. F16 and BF16 are widened to float32 exactly,
+    tensor by tensor, here, when the file is read (each widened tensor is an ordinary array of twice
+    the bytes). ``mmap=False`` reads every tensor into memory of its own. A malformed header or a
+    tensor whose offsets do not fit the file is one ``ValueError`` line naming the file.
 
     A mapped file must not be rewritten in place while its arrays live (glassllm never does: its
     writes replace a file by renaming, and the mapped old file stays intact).
@@ -228,7 +304,7 @@ def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) ->
                 continue
             dtype = info.get("dtype") if isinstance(info, dict) else None
             if dtype not in _ST_DTYPES:
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected one of {', '.join(_ST_DTYPES)}")
             shape = tuple(info["shape"])
             lo, hi = info["data_offsets"]
             item = np.dtype(_ST_DTYPES[dtype]).itemsize
@@ -249,36 +325,3 @@ def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) ->
                 arr = raw.view(native) if raw.dtype.isnative else raw.astype(native)
             out[name] = arr.reshape(shape)
     return out
-
-
-def _st_dtype(a: np.ndarray) -> str:
-    for name, dtype in (("F64", np.float64), ("F32", np.float32), ("F16", np.float16)):
-        if a.dtype == dtype:
-            return name
-    raise ValueError(f"cannot write a {a.dtype} tensor to safetensors; expected float64, float32 or float16")
-
-
-def write_safetensors(path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` (and string ``metadata``) as the safetensors file ``path``, atomically,
-    one tensor at a time: beyond what the arrays already hold, writing needs at most one copy of
-    one tensor (a tensor that is not contiguous or not little-endian). The layout is the one the
-    ``safetensors`` package writes (tensors by dtype, widest first, then by name, so each starts
-    aligned; the header padded with spaces to a multiple of 8 bytes), which reads it back."""
-    order = sorted(tensors, key=lambda k: (-np.dtype(tensors[k].dtype).itemsize, k))
-    entries, offset = {}, 0
-    if metadata:
-        entries["__metadata__"] = {str(k): str(v) for k, v in sorted(metadata.items())}
-    for name in order:
-        a = tensors[name]
-        nbytes = a.dtype.itemsize * math.prod(a.shape)
-        entries[name] = {"dtype": _st_dtype(a), "shape": list(a.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    head = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    head += b" " * (-len(head) % 8)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(head)))
-            f.write(head)
-            for name in order:
-                a = np.ascontiguousarray(tensors[name], dtype=tensors[name].dtype.newbyteorder("<"))
-                f.write(memoryview(a.reshape(-1)).cast("B"))
