@@ -113,3 +113,11 @@ def test_the_readme_screenshot_shows_every_section_of_the_page():
     page = (ROOT / "src" / "glassllm" / "inspector" / "static" / "index.html").read_text(encoding="utf-8")
     sections = re.findall(r'<section [^>]*aria-label="([^"]+)"', page)
     assert sorted(recorded.splitlines()) == sorted(sections), "re-shoot: python tools/screenshot.py docs/inspector.png"
+
+
+def test_the_engineer_scale_table_is_the_committed_runs():
+    """docs/performance.md and bench/results.md show bench/results/scale.json's table (bench/run --scale)."""
+    scale = json.loads((ROOT / "bench" / "results" / "scale.json").read_text(encoding="utf-8"))
+    assert scale["markdown"] in PERFORMANCE, "docs/performance.md's engineer-scale table differs: paste it again"
+    assert scale["markdown"] in RESULTS_MD, "bench/results.md's engineer-scale table differs: run bench/run --scale"
+    assert {t["what"] for t in scale["targets"]} >= {"load", "import, peak RSS / file"}
