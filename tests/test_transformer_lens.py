@@ -13,7 +13,9 @@ next matrices (what its logit lens and ``logit_attrs`` expect). On two prompts:
 - ``logit_attrs`` against ``cache.logit_attrs`` on the stack of the embedding,
   ``stack_head_results`` and the MLP outputs;
 - a layer x position patching sweep against the same sweep with TransformerLens hooks;
-- a ``Hook`` under backward against a TransformerLens hook under backward.
+- a ``Hook`` under backward against a TransformerLens hook under backward;
+- the trace read as TransformerLens' cache: ``trace[hook]`` for every hook name, in TransformerLens'
+  layout by ``as_transformer_lens``, and ``names=`` given TransformerLens names or a hook filter.
 """
 
 from __future__ import annotations
@@ -202,3 +204,31 @@ def test_a_hook_under_backward_matches_a_transformer_lens_hook(ours, raw):
     with Tracer(folded_model, names=["embed"]) as tracer:
         folded_model.loss(ids, targets).backward()
     np.testing.assert_allclose(t64.grad("embed"), tracer.trace.grad("embed"), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_the_trace_reads_like_the_cache(ours, raw, text):
+    model, tok, _ = ours
+    ids = _ids(tok, text)
+    _, cache = raw.run_with_cache(torch.tensor(ids[None]))
+    t = trace(model, ids)
+    hooks = [(name, transformer_lens_name(name)) for name in registry(model) if transformer_lens_name(name)]
+    assert len(hooks) == len(registry(model)) - 4 * CONFIG.n_layers - 1     # all but cache_k/v, mask, act, probs
+    for name, hook in hooks:
+        assert hook in t and t[hook] is t[name]                              # the alias reads the same array
+        want = _np(cache[hook])                                             # batch axis kept
+        got = t.as_transformer_lens(hook)
+        assert got.shape == want.shape, hook
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want), err_msg=hook)
+        np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], **TOL, err_msg=hook)
+    for i in range(CONFIG.n_layers):                                        # the short names of cache[...]
+        np.testing.assert_allclose(t["pattern", i], _np(cache["pattern", i][0]), **TOL)
+        np.testing.assert_allclose(t.as_transformer_lens("z", layer=i), _np(cache["z", i]), **TOL)
+
+    # names= takes TransformerLens names and a hook filter, and records what they name.
+    only = trace(model, ids, names=["blocks.*.attn.hook_pattern", "hook_embed"])
+    assert list(only) == ["embed"] + [f"layers.{i}.attn.softmax" for i in range(CONFIG.n_layers)]
+    filtered = trace(model, ids, names=lambda hook: hook.endswith("hook_resid_post"))
+    assert list(filtered) == [f"layers.{i}.resid_post" for i in range(CONFIG.n_layers)]
+    theirs = [k for k in cache if k.endswith("hook_resid_post")]
+    assert [transformer_lens_name(k) for k in filtered] == theirs

@@ -22,8 +22,10 @@ the model: a forward pass, a cached generation, a backward pass. Each forward
 is one *step* with its own n, m and start (a cached generation records a
 prefill with n = m = prompt length, then steps with n = 1, m = start + 1).
 ``names=`` stores only some snapshots (exact names, globs such as
-``layers.2.attn.*``, or layer-local names such as ``attn.softmax`` for every
-layer); ``dtype=`` casts what is stored. Snapshots that are not asked for cost
+``layers.2.attn.*``, layer-local names such as ``attn.softmax`` for every
+layer, or a function of a name); ``dtype=`` casts what is stored. Wherever a
+name is taken, TransformerLens' hook name for it works too
+(``blocks.2.attn.hook_pattern``, ``hook_z``, the short ``pattern``). Snapshots that are not asked for cost
 nothing: layers whose snapshots no one asks for keep running their kernels
 (:mod:`glassllm.kernels`).
 
@@ -40,6 +42,11 @@ Interventions (:class:`Edit`, :class:`ZeroAblate`, :class:`MeanAblate`,
 :class:`Patch`, :class:`MaskOff`, :class:`Temperature`) replace a snapshot
 during the forward, so everything downstream sees the new value. The stored
 snapshot is the value the model went on with (after the intervention).
+
+Reading: a :class:`Trace` is a read-only mapping from name to array for its
+first forward pass (``t["layers.0.attn.softmax"]``, ``t["attn.softmax", 0]``,
+``t.keys()``, ``len(t)``), as TransformerLens' ``ActivationCache`` is;
+:meth:`Trace.as_transformer_lens` gives a snapshot in TransformerLens' layout.
 
 Export: :meth:`Trace.save` writes a ``.npz`` (a zip of ``.npy`` arrays) that
 also holds ``manifest.json`` (names, shapes, axes, tokens, config);
