@@ -1128,3 +1128,32 @@ def test_names_may_be_a_filter_of_either_name():
     assert trace(model, [1, 2], names=lambda name: False).names() == []
     with pytest.raises(TypeError, match="must return True or False, got 'yes'"):
         trace(model, [1, 2], names=lambda name: "yes")
+
+
+def test_text_in_is_read_as_generate_reads_a_prompt_and_gives_the_logits():
+    from glassllm.checks import ParameterError
+    from glassllm.tokenizer import Tokenizer
+
+    tok = Tokenizer.train(["once upon a time there was a cat. " * 30], vocab_size=270)
+    config = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
+    model = randomize(Transformer(config, seed=0), np.random.default_rng(5))
+    text = "<|endoftext|>Once upon a time"
+    ids = tok.encode_prompt(text)
+    assert ids[0] == tok.eot_id                                  # the special token, as generate reads it
+    t = trace(model, text, tokenizer=tok, names="attn.softmax")
+    want = trace(model, ids, names="attn.softmax")
+    assert t.tokens.tolist() == ids and t.tokenizer is tok
+    for name in want:
+        np.testing.assert_array_equal(t[name], want[name])
+    np.testing.assert_array_equal(t.logits, want.logits)
+    np.testing.assert_allclose(t.logits, model(np.array(ids)).data[0], rtol=1e-5, atol=1e-5)  # (n, V)
+    assert not t.logits.flags.writeable
+    with_loss = trace(model, text, tokenizer=tok, targets=ids[1:] + [0])
+    np.testing.assert_array_equal(with_loss.logits, with_loss["logits"])        # every snapshot: the teaching path
+    np.testing.assert_allclose(with_loss.logits, t.logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ParameterError, match="tokens is text but no tokenizer was given"):
+        trace(model, text)
+    with pytest.raises(ParameterError, match="tokens is empty"):
+        trace(model, "", tokenizer=tok)
+    with pytest.raises(ParameterError, match="tokenizer has 270 ids but the model expects 53"):
+        trace(Transformer(TINY, seed=0), text, tokenizer=tok)

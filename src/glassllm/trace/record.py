@@ -71,6 +71,8 @@ class Trace(Mapping):
         self.interventions = list(interventions or [])
         self.loss: float | None = None
         self.without_loss = False          # made by trace() without targets: no gradient to ask for
+        self.logits: np.ndarray | None = None   # trace() keeps the forward's logits (n, V), as run_with_cache
+        self.tokenizer = None              # the tokenizer that read trace()'s text, if it was given one
 
     def __repr__(self) -> str:
         return f"Trace({len(self._names)} names, {len(self.steps)} step(s), batch row {self.batch})"
@@ -253,6 +255,7 @@ class Trace(Mapping):
         # when called: the tracer does not import the inspector.
         import importlib
 
+        tokenizer = self.tokenizer if tokenizer is None else tokenizer
         return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
 
     def shape(self, name: str, layer=None, step=None) -> tuple:

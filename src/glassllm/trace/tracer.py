@@ -13,6 +13,8 @@ import numpy as np
 
 from .. import autograd as ag
 from ..autograd import Tensor
+from ..checks import ParameterError
+from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
 from .registry import check_index, registry, resolve_all, storage_dtype
@@ -174,8 +176,14 @@ IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassl
 
 
 def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, batch: int = 0, dtype=None,
-          interventions=()) -> Trace:
+          interventions=(), tokenizer=None) -> Trace:
     """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
+
+    ``tokens`` may be text, with ``tokenizer=``: it is encoded as :func:`glassllm.generate.generate`
+    reads a prompt (``tokenizer.encode_prompt``: special tokens allowed, ``<s>`` first for a
+    SentencePiece Llama). The returned trace holds the forward's ``logits`` (n, V) of the kept
+    batch row whatever ``names`` records, and the ``tokenizer`` (which then labels ``show()``),
+    like TransformerLens' ``run_with_cache(text)``, which returns the logits with the cache.
 
     With ``targets``, the mean cross-entropy is back-propagated too, so every
     snapshot gets its gradient (``trace.loss`` holds the loss). The
@@ -194,6 +202,11 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
     (False, True)
     """
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
+    if tokenizer is not None and getattr(tokenizer, "vocab_size", None) != model.config.vocab_size:
+        raise ParameterError("tokenizer", f"has {getattr(tokenizer, 'vocab_size', None)} ids but the model "
+                                          f"expects {model.config.vocab_size}")
+    if isinstance(tokens, str):
+        tokens = np.array(prompt_ids(tokens, model, tokenizer, "tokens"))         # (n,)
     if loss_at is not None and targets is None:
         raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")
     if targets is not None:
@@ -203,10 +216,10 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
             raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
     if targets is None:
         with ag.no_grad(), tracer:
-            model(tokens, cache)
+            logits = model(tokens, cache)
         out = tracer.trace
         out.without_loss = True
-        return out
+        return _finish(out, logits, batch, tokenizer)
     params = model.parameters()
     saved = [p.grad for p in params]
     for p in params:
@@ -221,6 +234,14 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
             p.grad = g
     out = tracer.trace
     out.loss = float(loss.item())
+    return _finish(out, logits, batch, tokenizer)
+
+
+def _finish(out: Trace, logits: Tensor, batch: int, tokenizer) -> Trace:
+    """The trace with the kept row's logits (read-only) and the tokenizer that read its text."""
+    row = np.array(logits.data[batch])                                          # (n, V)
+    row.flags.writeable = False
+    out.logits, out.tokenizer = row, tokenizer
     return out
 
 
