@@ -39,7 +39,7 @@ snapshot by an intervention changes the loss by exactly this gradient, to
 first order.
 
 Interventions (:class:`Edit`, :class:`ZeroAblate`, :class:`MeanAblate`,
-:class:`Patch`, :class:`MaskOff`, :class:`Temperature`) replace a snapshot
+:class:`Patch`, :class:`MaskOff`, :class:`Temperature`, :class:`Steer`) replace a snapshot
 during the forward, so everything downstream sees the new value. The stored
 snapshot is the value the model went on with (after the intervention).
 
@@ -68,7 +68,7 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 
 from . import circuits, names, patching
 from .files import FORMAT, VERSION, validate_manifest
-from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
+from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Steer, Temperature,
                             ZeroAblate)
 from .labelled import Labelled
 from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
@@ -80,7 +80,7 @@ from .tracer import IGNORE_INDEX, Tracer, trace
 
 __all__ = [
     "Tracer", "Trace", "Step", "trace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
-    "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
+    "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature", "Steer",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
     "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "direct_attribution", "patching", "circuits", "names",

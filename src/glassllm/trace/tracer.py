@@ -9,6 +9,8 @@ interventions replace a snapshot.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from .. import autograd as ag
@@ -172,6 +174,20 @@ class Tracer:
         return [k for k in self.axes if k in self.selected]
 
 
+@contextmanager
+def parameter_grads_kept(model):
+    """A backward pass inside leaves the parameters' ``.grad`` as they were before it (for a trace's gradients)."""
+    params = model.parameters()
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+
+
 IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
 
 
@@ -220,18 +236,10 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
         out = tracer.trace
         out.without_loss = True
         return _finish(out, logits, batch, tokenizer)
-    params = model.parameters()
-    saved = [p.grad for p in params]
-    for p in params:
-        p.grad = None
-    try:
-        with tracer:
-            logits = model(tokens, cache)
-            loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
-            loss.backward()
-    finally:
-        for p, g in zip(params, saved):
-            p.grad = g
+    with parameter_grads_kept(model), tracer:
+        logits = model(tokens, cache)
+        loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
+        loss.backward()
     out = tracer.trace
     out.loss = float(loss.item())
     return _finish(out, logits, batch, tokenizer)
