@@ -33,6 +33,7 @@ from glassllm.tokenizer import Tokenizer  # noqa: E402
 from glassllm.trace import Hook, Tracer, logit_attrs, logit_lens, patching, registry, trace  # noqa: E402
 from glassllm.trace.names import to_transformer_lens, transformer_lens_name  # noqa: E402
 from glassllm_testing import randomize  # noqa: E402
+from test_inspector_browser import browser  # noqa: E402,F401  (a fixture)
 
 CONFIG = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 PROMPTS = ["the cat sat on the mat. the cat", "the dog ran to the cat, and the dog sat"]
@@ -232,3 +233,44 @@ def test_the_trace_reads_like_the_cache(ours, raw, text):
     assert list(filtered) == [f"layers.{i}.resid_post" for i in range(CONFIG.n_layers)]
     theirs = [k for k in cache if k.endswith("hook_resid_post")]
     assert [transformer_lens_name(k) for k in filtered] == theirs
+
+
+@pytest.mark.browser
+def test_show_attention_draws_transformer_lens_pattern_and_hovers_its_values(ours, raw, browser, tmp_path):
+    import glassllm
+    from test_inspector_browser import hover, idle, pick
+
+    model, tok, _ = ours
+    ids = _ids(tok, PROMPTS[1])
+    _, cache = raw.run_with_cache(torch.tensor(ids[None]))
+    pattern = cache["pattern", 0]                                        # (1, H, n, n), a torch tensor
+    tokens = tok.pieces(ids.tolist())
+    path = tmp_path / "attention.html"
+    glassllm.show_attention(pattern[0], tokens).save(path)
+    want = _np(pattern[0]).astype(np.float32)                            # what the tensor holds
+    n = len(ids)
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_function("() => window.glass && window.glass.ready === true && window.glass.heatmap",
+                               timeout=60_000)
+        for head, (i, j) in [(0, (n - 1, 3)), (2, (5, 5)), (3, (n - 1, 0))]:
+            pick(page, 0, "attn.softmax", head)
+            tip = hover(page, i, j)
+            assert (tip["row"], tip["col"]) == (i, j)
+            assert float(tip["value"]) == float(want[head, i, j]) and want[head, i, j] > 0
+            assert repr(tokens[i]).strip("'") in tip["text"] or tokens[i].strip() in tip["text"]
+        shown = page.evaluate("() => Array.from(window.glass.heatmap.values)")
+        np.testing.assert_array_equal(np.array(shown, dtype=np.float32).reshape(n, n), want[3])
+        page.evaluate("() => window.glass.tab('heads')")                  # the head grid: every head at once
+        idle(page)
+        assert page.is_hidden("#grid-error")
+        grid = np.array(page.evaluate("() => Array.from(window.glass.grid.values)"), dtype=np.float32)
+        np.testing.assert_array_equal(grid.reshape(CONFIG.n_heads, n, n), want)
+        line = page.locator("#model-line").inner_text()
+        assert line.startswith("attention weights given as arrays: 1 layer") and f"{n} tokens" in line
+    finally:
+        page.close()
+    assert not errors, errors

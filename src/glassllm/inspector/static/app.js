@@ -231,8 +231,9 @@
   const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
   function buildControls() {
-    const c = info.model;
-    $("model-line").textContent =
+    const c = info.model, given = info.source;   // given: attention weights passed in as arrays, no model
+    $("model-line").textContent = given ? `attention weights given as arrays: ${plural(given.layers, "layer")} · ` +
+      `${plural(given.heads, "head")} · ${plural(given.tokens, "token")}` :
       `${plural(c.n_layers, "layer")} · width C = ${c.dim} · ${plural(c.n_heads, "query head")} sharing ` +
       `${plural(c.n_kv_heads, "key/value head")} ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
