@@ -102,8 +102,13 @@ def _keep(key: str, names, interventions: bool) -> bool:
 
 
 def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLINE_NAMES,
-         interventions: bool = False, height: int = 860) -> InlineView:
+         interventions: bool = False, height: int = 860, live: bool = False):
     """The inspector for ``prompt``, inline in a notebook: ``glassllm.show("Once upon a time")``.
+
+    ``live=True``: a widget whose every request the kernel computes
+    (:class:`~glassllm.inspector.live.LiveView`; needs ``glassllm[notebook]``): nothing is
+    precomputed, so any layer, intervention or decoding step can be asked for, while the kernel runs
+    (``steps``, ``names`` and ``interventions`` are for the offline page only).
 
     ``model``: None (the bundled model), a model file's path, or a
     :class:`~glassllm.nn.Transformer` with its ``tokenizer``. ``steps``: greedy
@@ -116,6 +121,18 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
         PromptRequest(prompt=prompt)                      # the server's checks, and its messages
     except ValidationError as e:
         raise ValueError(describe_validation_error(e.errors())) from None
+    if not isinstance(live, bool):
+        raise ValueError(f"live must be True or False, got {live!r}")
+    if live:
+        try:
+            from .live import LiveView
+        except ImportError as e:
+            raise ValueError(f"live=True needs anywidget ({e.name} is missing): "
+                             "pip install 'glassllm[notebook]'") from None
+        model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
+        inspector = Inspector(model, tokenizer, meta=meta)
+        inspector.encode(prompt)                           # too long: the inspector's own message
+        return LiveView(inspector, prompt, height)
     model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
     inspector = (Inspector if interventions else _NoInterventions)(model, tokenizer, meta=meta)
     limit = inspector.limits.max_new_tokens
