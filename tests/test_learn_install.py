@@ -40,7 +40,7 @@ def _closure(name: str, extras: dict[str, list[str]]) -> set[str]:
 def test_the_learn_extra_brings_jupyter_and_the_inspector_but_no_pytorch():
     extras = _extras()
     learn = _closure("learn", extras)
-    assert {"jupyterlab", "ipykernel", "matplotlib", "nbclient", "fastapi", "uvicorn", "safetensors"} <= learn
+    assert {"jupyterlab", "ipykernel", "anywidget", "matplotlib", "nbclient", "fastapi", "uvicorn", "safetensors"} <= learn
     assert not learn & set(HEAVY), learn & set(HEAVY)
     assert _closure("learn-test", extras) - learn == {"pytest", "sybil"}
 
