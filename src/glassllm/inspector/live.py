@@ -2,7 +2,7 @@
 
 ``glassllm.show(prompt, live=True)`` returns a :class:`LiveView`, an
 `anywidget <https://anywidget.dev>`_ widget (JupyterLab, Jupyter Notebook, VS
-Code, Colab, marimo; ``pip install 'glassllm[notebook]'``). It shows the
+Code, Colab, marimo; the ``notebook`` extra). It shows the
 inspector's page in a sandboxed frame, as the offline view does, but the page
 embeds no answers: each request it makes (another layer, a head ablation, one
 edited number, a decoding step) goes as a widget message to the kernel, where
@@ -21,14 +21,16 @@ script posts ``{glass: "answer", ...}`` back into the frame.
 
 from __future__ import annotations
 
-import anywidget
-import traitlets
-from pydantic import ValidationError
-
+from ..optional import require
 from .data import Inspector
 from .export import inline_page
 from .schema import (AttributionRequest, HeadsRequest, NextRequest, PromptRequest, SnapshotRequest,
                      TimelineRequest, describe_validation_error)
+
+anywidget = require("anywidget", "the live notebook view (glassllm.show(..., live=True))")
+import traitlets  # noqa: E402  (anywidget brings it)
+
+ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["LiveView", "answer"]
 

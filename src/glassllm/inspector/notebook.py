@@ -31,13 +31,15 @@ import json
 import os
 
 import numpy as np
-from pydantic import ValidationError
 
 from ..checkpoint import atomic_write
 from ..nn import causal_mask
+from ..optional import require
 from .data import Inspector
 from .export import build_responses, render_html
 from .schema import Limits, PromptRequest, describe_validation_error, shown
+
+ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["INLINE_NAMES", "InlineView", "show", "show_attention", "show_trace"]
 
@@ -106,7 +108,7 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     """The inspector for ``prompt``, inline in a notebook: ``glassllm.show("Once upon a time")``.
 
     ``live=True``: a widget whose every request the kernel computes
-    (:class:`~glassllm.inspector.live.LiveView`; needs ``glassllm[notebook]``): nothing is
+    (:class:`~glassllm.inspector.live.LiveView`; needs the ``notebook`` extra): nothing is
     precomputed, so any layer, intervention or decoding step can be asked for, while the kernel runs
     (``steps``, ``names`` and ``interventions`` are for the offline page only).
 
@@ -124,11 +126,7 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     if not isinstance(live, bool):
         raise ValueError(f"live must be True or False, got {live!r}")
     if live:
-        try:
-            from .live import LiveView
-        except ImportError as e:
-            raise ValueError(f"live=True needs anywidget ({e.name} is missing): "
-                             "pip install 'glassllm[notebook]'") from None
+        from .live import LiveView                         # MissingExtra (one line) without anywidget
         model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
         inspector = Inspector(model, tokenizer, meta=meta)
         inspector.encode(prompt)                           # too long: the inspector's own message
