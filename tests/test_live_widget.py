@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from glassllm.checkpoint import bundled_model_path
+from test_inspector_browser import browser  # noqa: F401  (a fixture: Chromium, or a skip saying why)
 
 PROMPT = "Once upon a time there was a little dog"
 needs_bundled = pytest.mark.skipif(not bundled_model_path().exists(), reason="needs the bundled model")
@@ -65,7 +66,7 @@ def test_the_kernel_answers_every_request_as_the_server_does():
 @needs_bundled
 @pytest.mark.browser
 @pytest.mark.slow                     # JupyterLab, a kernel and Chromium start: about 40 s on a loaded machine
-def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path):
+def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path, browser):
     """JupyterLab, its kernel and anywidget's front end: every answer the widget's page shows comes from
     the kernel (nothing is precomputed), the ablation's included."""
     pytest.importorskip("anywidget")
@@ -77,14 +78,6 @@ def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path
     import sys
     import urllib.request
 
-    from test_inspector_browser import CHROMIUM, _unavailable
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("Playwright's Python package is not installed (pip install playwright)")
-    if not os.path.exists(CHROMIUM):
-        _unavailable(f"Chromium is not installed at {CHROMIUM}")
     from glassllm.checkpoint import load_bundled
     from glassllm.trace import ZeroAblate, trace
 
@@ -112,50 +105,43 @@ def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path
         else:
             raise AssertionError("JupyterLab did not start")
         errors = []
-        with sync_playwright() as p:
+        page = browser.new_page()
+        try:
+            page.goto(f"{base}/lab/tree/live.ipynb?token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            for _ in range(600):                                  # the kernel is up and idle
+                with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+                    sessions = json.loads(r.read())
+                if sessions and (sessions[0].get("kernel") or {}).get("execution_state") == "idle":
+                    break
+                time.sleep(0.2)
+            page.click(".jp-Notebook .jp-Cell .cm-content")
+            page.keyboard.press("Shift+Enter")
             try:
-                browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                                                  "--disable-component-update"])
-            except Exception as e:  # Playwright raises its own error type
-                _unavailable(f"Chromium at {CHROMIUM} does not start: {str(e).splitlines()[0]}")
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1100})
-                page.goto(f"{base}/lab/tree/live.ipynb?token={token}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=120_000)
-                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-                for _ in range(600):                                  # the kernel is up and idle
-                    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
-                        sessions = json.loads(r.read())
-                    if sessions and sessions[0]["kernel"]["execution_state"] == "idle":
-                        break
-                    time.sleep(0.2)
-                page.click(".jp-Notebook .jp-Cell .cm-content")
-                page.keyboard.press("Shift+Enter")
-                try:
-                    page.wait_for_selector("iframe.glassllm-inspector", timeout=180_000)
-                except Exception:
-                    page.screenshot(path=str(tmp_path / "jupyterlab.png"))
-                    raise AssertionError(f"no widget in the notebook; the page is in {tmp_path / 'jupyterlab.png'}")
-                inner = None
-                for _ in range(600):
-                    inner = next((f for f in page.frames if f.url == "about:srcdoc"
-                                  and f.evaluate("() => !!(window.glass && window.glass.ready && window.glass.next)")),
-                                 None)
-                    if inner:
-                        break
-                    time.sleep(0.2)
-                assert inner, "the widget's inspector never became ready"
-                assert inner.evaluate("() => document.getElementById('mode-line').textContent") == \
-                    "live: this notebook's kernel"
-                inner.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 2, head: 1})")
-                inner.evaluate("() => window.glass.idle()")
-                got = inner.evaluate("() => ({b: Array.from(window.glass.next.before), a: Array.from(window.glass.next.after),"
-                                     " T: window.glass.next.temperature})")
-                errors = inner.evaluate("() => document.getElementById('view-error').hidden ? [] : "
-                                        "[document.getElementById('view-error').textContent]")
-            finally:
-                browser.close()
+                page.wait_for_selector("iframe.glassllm-inspector", timeout=180_000)
+            except Exception:
+                page.screenshot(path=str(tmp_path / "jupyterlab.png"))
+                raise AssertionError(f"no widget in the notebook; the page is in {tmp_path / 'jupyterlab.png'}")
+            inner = None
+            for _ in range(600):
+                inner = next((f for f in page.frames if f.url == "about:srcdoc"
+                              and f.evaluate("() => !!(window.glass && window.glass.ready && window.glass.next)")),
+                             None)
+                if inner:
+                    break
+                time.sleep(0.2)
+            assert inner, "the widget's inspector never became ready"
+            assert inner.evaluate("() => document.getElementById('mode-line').textContent") == \
+                "live: this notebook's kernel"
+            inner.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 2, head: 1})")
+            inner.evaluate("() => window.glass.idle()")
+            got = inner.evaluate("() => ({b: Array.from(window.glass.next.before), a: Array.from(window.glass.next.after),"
+                                 " T: window.glass.next.temperature})")
+            errors = inner.evaluate("() => document.getElementById('view-error').hidden ? [] : "
+                                    "[document.getElementById('view-error').textContent]")
+        finally:
+            page.close()
         assert not errors, errors
         model, tokenizer, _ = load_bundled()
         ids = tokenizer.encode_prompt(PROMPT)
