@@ -15,7 +15,11 @@ next matrices (what its logit lens and ``logit_attrs`` expect). On two prompts:
 - a layer x position patching sweep against the same sweep with TransformerLens hooks;
 - a ``Hook`` under backward against a TransformerLens hook under backward;
 - the trace read as TransformerLens' cache: ``trace[hook]`` for every hook name, in TransformerLens'
-  layout by ``as_transformer_lens``, and ``names=`` given TransformerLens names or a hook filter.
+  layout by ``as_transformer_lens``, and ``names=`` given TransformerLens names or a hook filter;
+- attribution patching against the same first-order estimate from TransformerLens' hooks and PyTorch's
+  backward;
+- ``show_attention`` on TransformerLens' ``cache["pattern", 0]`` in Chromium: the hovered cells read
+  the tensor's values.
 """
 
 from __future__ import annotations
@@ -267,3 +271,40 @@ def test_show_attention_draws_transformer_lens_pattern_and_hovers_its_values(our
     finally:
         page.close()
     assert not errors, errors
+
+
+def test_attribution_patching_matches_the_same_first_order_estimate_in_transformer_lens(ours, raw):
+    """(clean - corrupted activation) x d metric / d activation in the corrupted run, summed per cell, with
+    TransformerLens' hooks and PyTorch's backward: resid_pre per layer and position, hook_z per head and position."""
+    model, tok, _ = ours
+    clean = _ids(tok, PROMPTS[0])
+    corrupt = clean.copy()
+    corrupt[2] = (clean[2] + 1) % CONFIG.vocab_size
+    answer, wrong = int(clean[1]), int(clean[4])
+    att = patching.attribution(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
+    base = att["layer_position"].baseline["corrupt"]
+
+    _, clean_cache = raw.run_with_cache(torch.tensor(clean[None]))
+    kept = {}
+
+    def keeper(name):
+        def keep(act, hook):
+            act.retain_grad()
+            kept[name] = act
+            return act
+        return keep
+
+    hooks = [(name, keeper(name)) for i in range(CONFIG.n_layers)
+             for name in (f"blocks.{i}.hook_resid_pre", f"blocks.{i}.attn.hook_z")]
+    logits = raw.run_with_hooks(torch.tensor(corrupt[None]), fwd_hooks=hooks)
+    metric = logits[0, -1, answer] - logits[0, -1, wrong]
+    metric.backward()
+    assert base == pytest.approx(float(metric.detach()), rel=1e-4)
+    resid = np.stack([_np((clean_cache[f"blocks.{i}.hook_resid_pre"] - kept[f"blocks.{i}.hook_resid_pre"])
+                          * kept[f"blocks.{i}.hook_resid_pre"].grad)[0].sum(-1) for i in range(CONFIG.n_layers)])
+    z = np.stack([_np((clean_cache[f"blocks.{i}.attn.hook_z"] - kept[f"blocks.{i}.attn.hook_z"])
+                      * kept[f"blocks.{i}.attn.hook_z"].grad)[0].sum(-1).T for i in range(CONFIG.n_layers)])  # (L, H, n)
+    assert np.ptp(resid) > 1e-2
+    np.testing.assert_allclose(np.asarray(att["layer_position"]) - base, resid, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(att["head_position"]) - base, z, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(att["heads"]) - base, z.sum(-1), rtol=1e-3, atol=1e-4)

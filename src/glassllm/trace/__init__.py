@@ -43,6 +43,10 @@ Interventions (:class:`Edit`, :class:`ZeroAblate`, :class:`MeanAblate`,
 during the forward, so everything downstream sees the new value. The stored
 snapshot is the value the model went on with (after the intervention).
 
+Text in: ``trace(model, "Once upon a time", tokenizer=tok)`` encodes the text
+as :func:`glassllm.generate.generate` reads a prompt, and the trace keeps the
+forward's ``logits`` (like TransformerLens' ``run_with_cache``).
+
 Reading: a :class:`Trace` is a read-only mapping from name to array for its
 first forward pass (``t["layers.0.attn.softmax"]``, ``t["attn.softmax", 0]``,
 ``t.keys()``, ``len(t)``), as TransformerLens' ``ActivationCache`` is;
