@@ -148,12 +148,17 @@ def test_logit_lens_and_attributions_match(ours, folded, text):
     np.testing.assert_allclose(np.asarray(attrs).sum(0), attrs.baseline["total"], rtol=0, atol=1e-4)
 
 
-def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
-    model, tok, _ = ours
+def _pair(tok):
+    """A clean prompt, the same with token 2 changed, and the metric's answer and wrong token."""
     clean = _ids(tok, PROMPTS[0])
     corrupt = clean.copy()
     corrupt[2] = (clean[2] + 1) % CONFIG.vocab_size
-    answer, wrong = int(clean[1]), int(clean[4])
+    return clean, corrupt, int(clean[1]), int(clean[4])
+
+
+def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
+    model, tok, _ = ours
+    clean, corrupt, answer, wrong = _pair(tok)
     sweep = patching.layer_position(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
     _, cache = raw.run_with_cache(torch.tensor(clean[None]))
     want = np.zeros(sweep.shape)
@@ -277,10 +282,7 @@ def test_attribution_patching_matches_the_same_first_order_estimate_in_transform
     """(clean - corrupted activation) x d metric / d activation in the corrupted run, summed per cell, with
     TransformerLens' hooks and PyTorch's backward: resid_pre per layer and position, hook_z per head and position."""
     model, tok, _ = ours
-    clean = _ids(tok, PROMPTS[0])
-    corrupt = clean.copy()
-    corrupt[2] = (clean[2] + 1) % CONFIG.vocab_size
-    answer, wrong = int(clean[1]), int(clean[4])
+    clean, corrupt, answer, wrong = _pair(tok)
     att = patching.attribution(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
     base = att["layer_position"].baseline["corrupt"]
 
