@@ -16,9 +16,17 @@ otherwise mean the current folder). A library error that names a parameter
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
+import signal
 import sys
+
+from . import _interrupted_early  # noqa: E402 -- installed by glassllm/__init__ for the glassllm command
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+
+# Freed to make room for the last line when memory runs out (formatting a message needs a little).
+_RESERVE = bytearray(1 << 20)
 
 # Options whose values are files or folders, by their metavar: "" is refused for all of them.
 PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
@@ -70,7 +78,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    """Run one ``glassllm`` command; the exit code. Whatever happens, the user sees at most one line:
+    Ctrl-C at any moment gives ``interrupted`` and 130, running out of memory (even while an error
+    is being reported) ``not enough memory`` and 2."""
+    global _RESERVE
+    command = "glassllm"
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupted_early:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+        command = f"glassllm {argv[0]}" if argv and argv[0] in COMMANDS else "glassllm"
+        return _main(argv)
+    except KeyboardInterrupt:
+        _last_line(f"{command}: interrupted")
+        return 130
+    except MemoryError:
+        _RESERVE = None
+        _last_line(f"{command}: error: not enough memory")
+        return 2
+    except RecursionError:
+        _last_line(f"{command}: error: the input is nested too deeply")
+        return 2
+
+
+def _last_line(text: str) -> None:
+    """Write ``text`` and a newline to stderr with as little work as possible (no formatting of anything
+    large: it may run when memory is exhausted)."""
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 -- a closed or broken stderr: nothing more to do
+        pass
+    try:
+        os.write(2, text.encode("utf-8", "replace") + b"\n")
+    except (OSError, MemoryError):
+        pass
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.command_line = ["glassllm", *argv]       # what was typed, for the records a command keeps
@@ -106,11 +150,10 @@ def main(argv=None) -> int:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:
-        print(f"glassllm {args.command}: error: not enough memory: {_one_line(e)}", file=sys.stderr)
+        global _RESERVE
+        _RESERVE = None                          # room to format the line
+        print(f"glassllm {args.command}: error: not enough memory: {_one_line(e)[:200]}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"glassllm {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 def _empty_path_option(parser: argparse.ArgumentParser, args) -> str | None:
