@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import ParameterError
+from ..limits import over_limit
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
 
@@ -198,5 +199,7 @@ def blas_threads(n):
         return contextlib.nullcontext()
     if n < 1:
         raise ParameterError("threads", f"must be >= 1, got {n}")
+    if over_limit(n, "threads"):
+        raise ParameterError("threads", over_limit(n, "threads"))
     from threadpoolctl import threadpool_limits
     return threadpool_limits(n)
