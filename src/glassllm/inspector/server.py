@@ -187,7 +187,7 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
             if given is not None and request.method == "GET" and not api and access.token_ok(given):
                 # The first visit: a cookie, and the same page without the token in its address.
                 rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-                where = same_origin_path(request.url.path, request.scope.get("raw_path"))
+                where = same_origin_path(request.scope.get("path", "/"), request.scope.get("raw_path"))
                 response = RedirectResponse(where + ("?" + rest if rest else ""), status_code=303)
                 response.set_cookie(access.cookie_name, access.cookie_value, httponly=True, samesite="strict",
                                     path="/")

@@ -143,8 +143,11 @@ class Trainer:
         meta, tensors = read_state(out_dir)
         where = str(Path(out_dir) / "train_state.safetensors")
         record = lambda key, kind: _record(meta, key, kind, where)  # noqa: E731
-        config = TrainConfig.from_dict(record("train_config", dict))
-        model_config = ModelConfig.from_json(record("model_config", str))
+        try:
+            config = TrainConfig.from_dict(record("train_config", dict))
+            model_config = ModelConfig.from_json(record("model_config", str))
+        except ValueError as e:
+            raise ValueError(e if str(e).startswith("cannot resume") else f"cannot resume: {where}: {e}") from None
         data = record("data", dict)
         for kind in ("train", "valid"):
             pairs = expect(data.get(kind), list, f"cannot resume: {where}: record 'data'[{kind!r}]")

@@ -1,0 +1,486 @@
+"""Hostile files and requests: every claim bounded before it is believed (``glassllm.limits``).
+
+Each case runs in a subprocess whose address space is capped (``RLIMIT_AS``, :data:`MEMORY`) and
+whose time is bounded (:data:`SECONDS`): a reader that believed a file's sizes would die of
+``MemoryError`` or time out instead of printing its one line. The cases come in four classes,
+counted by ``tools/reliability_report.py`` (:data:`CLASSES`):
+
+- **readers**: files whose header claims a huge model (layers, context, tensors, bytes);
+- **parsers**: JSON documents nested 100,000 deep or of the wrong shape, anywhere glassllm reads one,
+  and generated ones (Hypothesis);
+- **routes**: the inspector with a model whose numbers overflow, the token exchange's redirect,
+  Host headers and malformed HTTP;
+- **options**: counts on the command line beyond the limits, Ctrl-C at any moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from test_reliability_inventory import CONFIG, INVENTORY_TOKEN, get_env, rewrite, safetensors_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORY = 1536 << 20          # bytes of address space a hostile case may use
+SECONDS = 60                 # wall time a case may take (the machine may be shared; each takes about one)
+
+# The cases of each class, by name: the report counts them.
+CLASSES: dict[str, list[str]] = {"readers": [], "parsers": [], "routes": [], "options": []}
+
+
+def _register(kind: str, names) -> list:
+    CLASSES[kind].extend(str(n) for n in names)
+    return list(names)
+
+
+def run_limited(argv: list[str], cwd: Path, memory: int = MEMORY) -> subprocess.CompletedProcess:
+    """``glassllm ARGV`` in a subprocess with its address space capped at ``memory`` bytes."""
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({memory}, {memory}))
+        sys.argv[0] = "glassllm"
+        from glassllm.cli import main
+        sys.exit(main({argv!r}))
+    """)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=SECONDS,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def one_line(proc, *words) -> str:
+    """The single error line of a refused command (exit 2), which must name ``words``."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "error:" in lines[0], (proc.returncode, proc.stderr[-2000:])
+    for w in words:
+        assert w.lower() in lines[0].lower(), (w, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def env():
+    return get_env()
+
+
+# ----------------------------------------------------------------------------
+# Readers: sizes a file claims
+# ----------------------------------------------------------------------------
+
+def _model_file(env, **config) -> bytes:
+    """The tiny model file with its config's sizes replaced (the tensors stay those of the tiny model)."""
+    good = (env.root / "tiny.safetensors").read_bytes()
+    return rewrite(good, edit_meta=lambda m: m.update(config=json.dumps({**CONFIG, **config})))
+
+
+def _header_only(env, **config) -> bytes:
+    """A model file that is a header alone (its metadata: 22 KB, mostly the tokenizer), no tensors,
+    whose config claims ``config``."""
+    from test_reliability_inventory import parse_safetensors
+
+    header, _ = parse_safetensors((env.root / "tiny.safetensors").read_bytes())
+    meta = {**header["__metadata__"], "config": json.dumps({**CONFIG, **config})}
+    return safetensors_bytes({"__metadata__": meta})
+
+
+def _llama2c(L: int) -> bytes:
+    return struct.pack("<7i", 64, 128, L, 4, 4, 256, 64)           # 28 bytes: dim, hidden, layers, heads, ...
+
+
+def _hf_folder(root: Path, tmp_path: Path, **config) -> Path:
+    """The tiny model exported as a Hugging Face folder in ``tmp_path``, its config.json's keys replaced."""
+    from glassllm.hf import export_hf
+
+    folder = tmp_path / "hf"
+    export_hf(root / "tiny.safetensors", folder)
+    doc = json.loads((folder / "config.json").read_text())
+    doc.update(config)
+    (folder / "config.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _gguf_prefix(n_tensors: int, n_kv: int) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + b"\0" * 64
+
+
+def _zip64_trace(env, path: Path, C: int) -> Path:
+    """A 2 KB trace whose snapshot member claims 160 GB (zip64 sizes), its .npy header and manifest
+    agreeing that it holds float32 (64, C)."""
+    import zipfile
+    import zlib
+
+    from glassllm.trace import trace
+
+    t = trace(env.model, [1, 2, 3], names=["embed"])
+    t.save(path)
+    with zipfile.ZipFile(path) as z:
+        manifest = json.loads(z.read("manifest.json"))
+    n = 64
+    manifest["config"].update(dim=C, n_heads=256, n_kv_heads=256, max_seq_len=64)
+    manifest["steps"][0].update(n=n, m=n, tokens=[1] * n, shapes={"embed": [n, C]})
+    npy = b"\x93NUMPY\x01\x00"
+    head = repr({"descr": "<f4", "fortran_order": False, "shape": (n, C)}).encode()
+    head += b" " * (-(len(npy) + 2 + len(head) + 1) % 64) + b"\n"
+    npy += struct.pack("<H", len(head)) + head + b"\0" * 64
+    members = [("manifest.json", json.dumps(manifest).encode(), None), ("values/0/embed.npy", npy, 160 * 10**9)]
+    out, central = b"", b""
+    for name, data, claimed in members:
+        nb, crc = name.encode(), zlib.crc32(data)
+        sizes, extra = ((len(data), len(data)), b"") if claimed is None else \
+            ((0xFFFFFFFF, 0xFFFFFFFF), struct.pack("<HHQQ", 1, 16, claimed, claimed))
+        offset = len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, 0, 0, 0, crc, sizes[1], sizes[0], len(nb),
+                           len(extra)) + nb + extra + data
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, 0, 0, 0, crc, sizes[1], sizes[0],
+                               len(nb), len(extra), 0, 0, 0, 0, offset) + nb + extra
+    path.write_bytes(out + central + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 2, 2, len(central), len(out), 0))
+    return path
+
+
+READERS = _register("readers", [
+    "model file header only: n_layers=10**7", "model file: max_seq_len=10**8", "model file: n_layers=10**7",
+    "model file header only: 1,024 layers of width 8,192",
+    "model file: tensors whose offsets overlap", "llama2.c: 28 bytes claiming 2**20 layers",
+    "llama2.c: seq_len=10**8", "GGUF: 2**40 tensors in 88 bytes", "HF: num_hidden_layers=10**7",
+    "HF: max_position_embeddings=10**8", "trace: a zip64 member claiming 160 GB",
+    "trace: a member claiming more bytes than the archive", "train state: damaged records",
+])
+
+
+@pytest.mark.parametrize("case", READERS)
+def test_a_file_that_claims_too_much_is_refused_at_once(env, case, tmp_path):
+    root = env.root
+    if case == "model file header only: n_layers=10**7":
+        (tmp_path / "m.safetensors").write_bytes(_header_only(env, n_layers=10**7))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "n_layers", "limit")
+    elif case == "model file: n_layers=10**7":
+        (tmp_path / "m.safetensors").write_bytes(_model_file(env, n_layers=10**7))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "n_layers", "limit")
+    elif case == "model file: max_seq_len=10**8":
+        (tmp_path / "m.safetensors").write_bytes(_model_file(env, max_seq_len=10**8))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "max_seq_len")
+    elif case == "model file header only: 1,024 layers of width 8,192":
+        (tmp_path / "m.safetensors").write_bytes(_header_only(env, n_layers=1024, dim=8192, n_heads=64,
+                                                              n_kv_heads=8, ffn_dim=28672))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "missing tensor")
+    elif case == "model file: tensors whose offsets overlap":
+        from test_reliability_inventory import parse_safetensors
+
+        header, data = parse_safetensors((root / "tiny.safetensors").read_bytes())
+        longest = 0
+        for name, info in header.items():                         # every tensor reads the same first bytes
+            if name != "__metadata__":
+                lo, hi = info["data_offsets"]
+                info["data_offsets"] = [0, hi - lo]
+                longest = max(longest, hi - lo)
+        (tmp_path / "m.safetensors").write_bytes(safetensors_bytes(header, data[:longest]))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "overlapping")
+    elif case == "llama2.c: 28 bytes claiming 2**20 layers":
+        (tmp_path / "model.bin").write_bytes(_llama2c(2**20))
+        one_line(run_limited(["import", str(tmp_path / "model.bin"), str(tmp_path / "o.safetensors")], root),
+                 "n_layers", "limit")
+    elif case == "llama2.c: seq_len=10**8":
+        (tmp_path / "model.bin").write_bytes(struct.pack("<7i", 64, 128, 2, 4, 4, 256, 10**8))
+        one_line(run_limited(["import", str(tmp_path / "model.bin"), str(tmp_path / "o.safetensors")], root),
+                 "seq_len=100000000")
+    elif case == "GGUF: 2**40 tensors in 88 bytes":
+        (tmp_path / "m.gguf").write_bytes(_gguf_prefix(2**40, 3))
+        one_line(run_limited(["import", str(tmp_path / "m.gguf"), str(tmp_path / "o.safetensors")], root),
+                 "tensor_count", "limit")
+    elif case == "HF: num_hidden_layers=10**7":
+        folder = _hf_folder(root, tmp_path, num_hidden_layers=10**7)
+        one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], root), "n_layers", "limit")
+    elif case == "HF: max_position_embeddings=10**8":
+        folder = _hf_folder(root, tmp_path, max_position_embeddings=10**8)
+        one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], root), "max_seq_len")
+    elif case.startswith("trace:"):
+        path = _zip64_trace(env, tmp_path / "t.npz", 1 << 29 if "160 GB" in case else 1 << 16)
+        code = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
+                f"from glassllm.trace import load_trace\n"
+                f"try:\n    load_trace({str(path)!r})\nexcept ValueError as e:\n    print(e)\n")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SECONDS)
+        assert proc.returncode == 0 and not proc.stderr and len(proc.stdout.strip().splitlines()) == 1, proc
+        assert "t.npz" in proc.stdout and ("limit" in proc.stdout or "whole file has" in proc.stdout), proc.stdout
+    elif case == "train state: damaged records":
+        from glassllm.train.folder import write_state
+
+        for meta in ({"train_config": "[1]"}, {"train_config": "{}", "model_config": "[" * 100_000},
+                     {"train_config": "{}", "model_config": json.dumps(CONFIG), "data": "[]"}):
+            run = tmp_path / f"run{len(meta)}"
+            run.mkdir()
+            write_state(run / "train_state.safetensors", {}, meta)
+            one_line(run_limited(["train", "--resume", "--out", str(run)], root), "cannot resume")
+
+
+def test_a_header_only_file_claiming_a_large_model_costs_little_memory(env, tmp_path):
+    """Peak memory while refusing a 22 KB header whose config claims 10**7 layers, or 1,024 layers of
+    width 8,192 (a 400 GB model): below 8 x the file's size + 16 MB above what importing glassllm takes."""
+    _peak_for(_header_only(env, n_layers=10**7), tmp_path)
+    _peak_for(_header_only(env, n_layers=1024, dim=8192, n_heads=64, n_kv_heads=8, ffn_dim=28672), tmp_path)
+
+
+def _peak_for(blob: bytes, tmp_path: Path) -> None:
+    (tmp_path / "m.safetensors").write_bytes(blob)
+    code = textwrap.dedent(f"""
+        import resource
+        import glassllm.checkpoint, glassllm.nn, glassllm.tokenizing, safetensors
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        try:
+            glassllm.checkpoint.load_model({str(tmp_path / "m.safetensors")!r})
+        except ValueError as e:
+            print(str(e)[:200])
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SECONDS,
+                          preexec_fn=lambda: __import__("resource").setrlimit(
+                              __import__("resource").RLIMIT_AS, (MEMORY, MEMORY)))
+    line, grown = proc.stdout.strip().splitlines()
+    assert "m.safetensors" in line, proc
+    assert int(grown) < 8 * len(blob) + (16 << 20), (int(grown), len(blob))
+
+
+# ----------------------------------------------------------------------------
+# Parsers: documents of any nesting and shape
+# ----------------------------------------------------------------------------
+
+DEEP = b"[" * 100_000
+PARSERS = _register("parsers", [
+    "config.json nested 100,000 deep", "tokenizer.json nested 100,000 deep", "tokenizer_config.json nested",
+    "index nested 100,000 deep", "safetensors header nested 100,000 deep", "weight_map a list",
+    "tokenizer_config.json is [1]", "header entry without shape", "generated JSON documents (parse_json)",
+])
+
+
+def _hf_with(tmp_path: Path, env, files: dict[str, bytes], drop=()) -> Path:
+    from glassllm.hf import export_hf
+
+    folder = tmp_path / "hf"
+    export_hf(env.root / "tiny.safetensors", folder)
+    for name in drop:
+        (folder / name).unlink()
+    for name, blob in files.items():
+        (folder / name).write_bytes(blob)
+    return folder
+
+
+@pytest.mark.parametrize("case", PARSERS[:-1])
+def test_a_document_of_any_shape_gives_one_line(env, case, tmp_path):
+    from glassllm.files import read_safetensors
+
+    good = (env.root / "tiny.safetensors").read_bytes()
+    if case == "safetensors header nested 100,000 deep":
+        (tmp_path / "m.safetensors").write_bytes(struct.pack("<Q", len(DEEP)) + DEEP)
+        with pytest.raises(ValueError, match="not valid JSON"):
+            read_safetensors(tmp_path / "m.safetensors")
+        return
+    if case == "header entry without shape":
+        def drop_shape(h):
+            del h["norm.weight"]["shape"]
+        (tmp_path / "m.safetensors").write_bytes(rewrite(good, edit_header=drop_shape))
+        with pytest.raises(ValueError, match="malformed header entry"):
+            read_safetensors(tmp_path / "m.safetensors")
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], env.root), "norm.weight")
+        return
+    index = json.dumps({"weight_map": {}}).encode()
+    files, drop, words = {
+        "config.json nested 100,000 deep": ({"config.json": DEEP}, (), ("config.json", "nested")),
+        "tokenizer.json nested 100,000 deep": ({"tokenizer.json": DEEP}, (), ("tokenizer.json", "nested")),
+        "tokenizer_config.json nested": ({"tokenizer.model": b"", "tokenizer_config.json": DEEP}, ("tokenizer.json",),
+                                         ("tokenizer_config.json", "nested")),
+        "index nested 100,000 deep": ({"model.safetensors.index.json": DEEP}, ("model.safetensors",), ("index", "nested")),
+        "weight_map a list": ({"model.safetensors.index.json": b'{"weight_map": [1, 2]}'}, ("model.safetensors",),
+                              ("weight_map", "list")),
+        "tokenizer_config.json is [1]": ({"tokenizer.model": b"", "tokenizer_config.json": b"[1]"},
+                                         ("tokenizer.json",), ("tokenizer_config.json", "object")),
+    }[case]
+    del index
+    folder = _hf_with(tmp_path, env, files, drop)
+    one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], env.root), *words)
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    return st.recursive(scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids,
+                                                                                          max_size=4), max_leaves=30)
+
+
+def test_generated_json_documents_parse_or_give_one_line():
+    """Any JSON text, any nesting (up to 200,000 brackets), any bytes: the value, or one ValueError line."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from glassllm.limits import MAX_JSON_DEPTH, json_depth, parse_json
+
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @given(doc=_json_values(), depth=st.integers(0, 200_000), opener=st.sampled_from(["[", '{"a":']),
+           junk=st.binary(max_size=40))
+    def check(doc, depth, opener, junk):
+        text = json.dumps(doc)
+        assert parse_json(text, "doc") == json.loads(text) or json_depth(text.encode()) > MAX_JSON_DEPTH or doc != doc
+        for raw in ((opener * depth).encode() + text.encode(), junk, text.encode() + junk):
+            try:
+                parse_json(raw, "doc")
+            except ValueError as e:
+                assert "\n" not in str(e) and str(e).startswith("doc ")
+
+    check()
+
+
+# ----------------------------------------------------------------------------
+# Routes: the inspector's server
+# ----------------------------------------------------------------------------
+
+ROUTES_NON_FINITE = [("/api/snapshot", {"prompt": "hi", "name": "attn.scores", "layer": 1, "head": 0}),
+                     ("/api/heads", {"prompt": "hi"}), ("/api/next", {"prompt": "hi"}),
+                     ("/api/next", {"prompt": "hi", "step": 1}), ("/api/lens", {"prompt": "hi"}),
+                     ("/api/attribution", {"prompt": "hi"}),
+                     ("/api/snapshot", {"prompt": "hi", "name": "resid_pre", "layer": 0, "grad": True})]
+_register("routes", [f"overflowing model: POST {p} {b}" for p, b in ROUTES_NON_FINITE])
+_register("routes", ["overflowing model: inspect --html", "redirect //evil.example/", "redirect /%2F%2Fevil.example",
+                     "redirect /\\evil.example", "Host: 127.0.0.1:P, evil.example", "two Host headers",
+                     "garbage request line", "bad Content-Length"])
+
+
+def test_the_inspector_serves_nothing_non_finite(env, tmp_path):
+    """The model whose layer-1 wq and wk are scaled by 1e21: every route that runs it answers 400 with
+    the line generate gives; --html exits 2 and writes nothing."""
+    from fastapi.testclient import TestClient
+
+    from glassllm.checkpoint import load_model
+    from glassllm.inspector import Inspector, create_app
+    from glassllm.inspector.auth import Access, own_hosts
+
+    model, tok, _ = load_model(env.root / "overflow.safetensors")
+    client = TestClient(create_app(Inspector(model, tok), prompt="hi", access=Access(None, own_hosts("127.0.0.1"))),
+                        base_url="http://127.0.0.1", raise_server_exceptions=False)
+    for path, body in ROUTES_NON_FINITE:
+        r = client.post(path, json=body)
+        assert r.status_code == 400 and r.json() == {"error": "logits contain NaN or +inf: the model's output is "
+                                                              "broken"}, (path, r.status_code, r.text[:200])
+    proc = run_limited(["inspect", "hi", "--model", "overflow.safetensors", "--html", str(tmp_path / "p.html")],
+                       env.root)
+    one_line(proc, "logits", "NaN")
+    assert not (tmp_path / "p.html").exists()
+
+
+@pytest.fixture(scope="module")
+def server(env):
+    """A real server (uvicorn and the guarded protocol) on 127.0.0.1 that requires INVENTORY_TOKEN."""
+    from glassllm.inspector import Inspector, create_app
+    from glassllm.inspector.auth import Access, own_hosts
+    from glassllm.inspector.server import Server
+
+    app = create_app(Inspector(env.model, env.tok), prompt="hi", access=Access(INVENTORY_TOKEN, own_hosts("127.0.0.1")))
+    srv = Server(app, "127.0.0.1", 0).start()
+    yield srv
+    srv.stop()
+
+
+def _exchange(server, raw: bytes) -> tuple[bytes, bytes]:
+    """Send ``raw`` bytes as they are; the answer's head and body."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(raw)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+            if b"\r\n\r\n" in answer and b"connection: close" not in answer.lower() and answer.startswith(b"HTTP/1.1 303"):
+                break
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_the_token_exchange_never_redirects_off_the_server(server):
+    from glassllm.inspector.auth import same_origin_path
+
+    for target, where in [(b"//evil.example/", b"/evil.example/"), (b"/%2F%2Fevil.example", b"/"),
+                          (b"/%2f/evil.example", b"/"), (b"/\\evil.example", b"/evil.example"),
+                          (b"/%5Cevil.example", b"/"), (b"///evil.example", b"/evil.example"), (b"/", b"/")]:
+        head, _ = _exchange(server, b"GET " + target + b"?token=" + INVENTORY_TOKEN.encode() +
+                            b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 303"), (target, head[:200])
+        location = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"location:"))
+        assert location == where, (target, location)
+    assert same_origin_path("/a//b") == "/a//b" and same_origin_path("/\x00evil") == "/"
+
+
+def test_a_host_header_names_one_host(env):
+    client = env.client()
+    for host in ("127.0.0.1:8000, evil.example", "127.0.0.1 evil.example", "127.0.0.1:8000/x"):
+        r = client.get("/api/info", headers={"host": host})
+        assert r.status_code == 403 and "error" in r.json(), (host, r.status_code)
+    assert client.get("/api/info", headers={"host": "127.0.0.1:8000"}).status_code == 200
+
+
+def test_malformed_http_gets_json_errors(server):
+    for raw in (b"GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: 127.0.0.1\r\n\r\n",
+                b"GARBAGE\r\n\r\n",
+                b"POST /api/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
+                b"POST /api/tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n"):
+        head, body = _exchange(server, raw)
+        assert head.startswith(b"HTTP/1.1 400"), (raw, head[:300])
+        assert b"application/json" in head.lower() and "error" in json.loads(body), (raw, head[:300], body[:200])
+
+
+# ----------------------------------------------------------------------------
+# Options and signals
+# ----------------------------------------------------------------------------
+
+OPTIONS = _register("options", [
+    ["train", "--data", "train.txt", "--out", "r", "--steps", "2", "--timeline-points", "100000000"],
+    ["eval", "--model", "tiny.safetensors", "--data", "train.txt", "--threads", "100000"],
+    ["train", "--data", "train.txt", "--out", "r", "--steps", "2", "--threads", "100000"],
+    ["train", "--data", "train.txt", "--out", "r", "--steps", "2", "--workers", "100000"],
+    ["inspect", "hi", "--model", "tiny.safetensors", "--workers", "100000"],
+])
+
+
+@pytest.mark.parametrize("argv", OPTIONS, ids=" ".join)
+def test_counts_beyond_the_limits_are_refused(env, argv):
+    one_line(run_limited(argv, env.root), "limit")
+
+
+_register("options", ["Ctrl-C at 10 moments, from the first import on", "MemoryError while reporting an error"])
+
+
+def test_ctrl_c_at_any_moment_prints_one_line(env, tmp_path):
+    """SIGINT at 10 moments after the glassllm package starts to load: always one line, exit 130.
+    (Before Python has found the package, Ctrl-C is Python's own.)"""
+    script = tmp_path / "glassllm"
+    script.write_text("import os, sys\nimport glassllm\nos.write(1, b'r')\nfrom glassllm.cli import main\n"
+                      "sys.exit(main())\n")
+    for delay in (0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8):
+        p = subprocess.Popen([sys.executable, str(script), "inspect", "once upon a time", "--model",
+                              "tiny.safetensors", "--html", str(tmp_path / "page.html")], cwd=env.root,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout.read(1) == b"r"
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=SECONDS)
+        lines = err.decode().strip().splitlines()
+        if p.returncode == 0:            # it finished first
+            continue
+        assert p.returncode == 130 and len(lines) == 1 and lines[0].endswith("interrupted"), (delay, err[-600:])
+
+
+def test_memory_error_while_reporting_an_error_still_prints_one_line(capfd, monkeypatch):
+    import glassllm.cli as cli
+    import glassllm.commands.tokenize as tokenize_command
+
+    def broken(e):
+        raise MemoryError
+    monkeypatch.setattr(cli, "_one_line", broken)
+    monkeypatch.setattr(tokenize_command, "run", lambda args: (_ for _ in ()).throw(MemoryError("x" * 10**6)),
+                        raising=False)
+    code = cli.main(["tokenize", "hi", "--tokenizer", "missing-file.json"])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not enough memory" in err[0] or "error:" in err[0], (code, err)
