@@ -34,8 +34,25 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY = 1536 << 20          # bytes of address space a hostile case may use
 SECONDS = 60                 # wall time a case may take (the machine may be shared; each takes about one)
 
-# The cases of each class, by name: the report counts them.
+# The cases of each class, by name, and the class of each test: the report counts them.
 CLASSES: dict[str, list[str]] = {"readers": [], "parsers": [], "routes": [], "options": []}
+CLASS_OF_TEST = {
+    "test_a_file_that_claims_too_much_is_refused_at_once": "readers",
+    "test_a_header_only_file_claiming_a_large_model_costs_little_memory": "readers",
+    "test_a_document_of_any_shape_gives_one_line": "parsers",
+    "test_generated_json_documents_parse_or_give_one_line": "parsers",
+    "test_generated_safetensors_headers_load_or_give_one_line": "parsers",
+    "test_generated_binary_headers_load_or_give_one_line": "readers",
+    "test_the_inspector_serves_nothing_non_finite": "routes",
+    "test_the_token_exchange_never_redirects_off_the_server": "routes",
+    "test_a_host_header_names_one_host": "routes",
+    "test_malformed_http_gets_json_errors": "routes",
+    "test_generated_http_requests_get_json_answers": "routes",
+    "test_counts_beyond_the_limits_are_refused": "options",
+    "test_ctrl_c_at_any_moment_prints_one_line": "options",
+    "test_memory_error_while_reporting_an_error_still_prints_one_line": "options",
+    "test_the_doc_states_the_limits_table": "options",
+}
 
 
 def _register(kind: str, names) -> list:
@@ -320,7 +337,7 @@ def test_generated_json_documents_parse_or_give_one_line():
 
     from glassllm.limits import MAX_JSON_DEPTH, json_depth, parse_json
 
-    @settings(max_examples=150, deadline=None, database=None, derandomize=True)
+    @settings(max_examples=JSON_EXAMPLES, deadline=None, database=None, derandomize=True)
     @given(doc=_json_values(), depth=st.integers(0, 200_000), opener=st.sampled_from(["[", '{"a":']),
            junk=st.binary(max_size=40))
     def check(doc, depth, opener, junk):
@@ -484,3 +501,161 @@ def test_memory_error_while_reporting_an_error_still_prints_one_line(capfd, monk
     code = cli.main(["tokenize", "hi", "--tokenizer", "missing-file.json"])
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "not enough memory" in err[0] or "error:" in err[0], (code, err)
+
+
+def test_the_doc_states_the_limits_table():
+    from glassllm.limits import markdown_table
+
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    begin = "<!-- BEGIN LIMITS: glassllm.limits.markdown_table() -->\n"
+    assert begin in text, "docs/reliability.md lacks the limits table (python tools/reliability_report.py --hostile)"
+    assert text.split(begin, 1)[1].split("<!-- END LIMITS -->", 1)[0] == markdown_table(), \
+        "docs/reliability.md's limits table is stale: python tools/reliability_report.py --hostile"
+
+
+# ----------------------------------------------------------------------------
+# Generated hostile inputs (Hypothesis), each property in a subprocess under the memory limit
+# ----------------------------------------------------------------------------
+
+EXAMPLES = int(os.environ.get("GLASSLLM_HOSTILE_EXAMPLES", "40"))
+JSON_EXAMPLES = 150
+# Generated examples per class (each property's examples, plus its explicit @example cases).
+GENERATED = {"readers": EXAMPLES + 1, "parsers": EXAMPLES + 2 + JSON_EXAMPLES, "routes": EXAMPLES, "options": 0}
+
+
+def run_property(body: str, *args: str) -> None:
+    """Run the Hypothesis property ``body`` (Python source defining ``check()``) in a subprocess with
+    the address space capped; it must finish in time and print ``ok``."""
+    code = (f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"
+            f"EXAMPLES = {EXAMPLES}\n" + textwrap.dedent(body) + "\ncheck()\nprint('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=SECONDS * 3,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+_ONE_LINE = '''
+def one_line(fn):
+    try:
+        fn()
+    except ValueError as e:
+        assert "\\n" not in str(e) and str(e), repr(e)
+'''
+
+
+def test_generated_safetensors_headers_load_or_give_one_line(tmp_path):
+    """Headers of any shape (sizes up to 2**63, wrong types, missing fields, overlapping offsets) over
+    up to 256 bytes of data: read_safetensors, read_header and load_model load them or give one line."""
+    run_property(_ONE_LINE + '''
+import json, struct, sys, tempfile
+from pathlib import Path
+from hypothesis import example, given, settings, strategies as st
+from glassllm.checkpoint import load_model, read_header
+from glassllm.files import read_safetensors
+from glassllm.tokenizer import Tokenizer
+
+TOKENIZER = Tokenizer.train([" ".join(f"w{i} x{i * 7}" for i in range(400))], vocab_size=300).to_json()
+
+big = st.integers(-2, 2**63) | st.sampled_from([0, 1, 4, 2**31, 2**40])
+odd = st.none() | st.booleans() | st.text(max_size=3) | st.floats()
+entry = st.fixed_dictionaries({}, optional={"dtype": st.sampled_from(["F32", "F64", "F16", "BF16", "I8", ""]) | odd,
+                                            "shape": st.lists(big | odd, max_size=10) | odd,
+                                            "data_offsets": st.lists(big | odd, max_size=3) | odd})
+TINY = {"vocab_size": 300, "dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 64, "max_seq_len": 64}
+# A valid config with one size replaced: by a huge value, a wrong type, anything.
+config = st.tuples(st.sampled_from(sorted(TINY)), big | odd | st.sampled_from([10**7, 10**8, 2**20])).map(
+    lambda kv: {**TINY, kv[0]: kv[1]})
+folder = Path(sys.argv[1])
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
+@given(entries=st.dictionaries(st.sampled_from(["tok_embeddings.weight", "norm.weight", "output.weight", "x"]),
+                               entry | odd, max_size=4),
+       cfg=config, data=st.binary(max_size=256))
+@example(entries={}, cfg={**TINY, "n_layers": 10**7}, data=b"")             # the issue's 22 KB header
+@example(entries={}, cfg={**TINY, "max_seq_len": 10**8}, data=b"")
+def check(entries, cfg, data):
+    meta = {"format": "glassllm-model", "version": "1", "config": json.dumps(cfg), "tokenizer": TOKENIZER}
+    raw = json.dumps({"__metadata__": meta, **entries}).encode()
+    path = folder / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
+    for fn in (read_safetensors, read_header, load_model):
+        one_line(lambda: fn(path))
+''', str(tmp_path))
+
+
+def test_generated_binary_headers_load_or_give_one_line(tmp_path):
+    """llama2.c headers of any 7 int32 (and the version 1 magic) and GGUF openings of any counts, over
+    up to 512 bytes: refused in one line, never a large allocation."""
+    run_property(_ONE_LINE + '''
+import struct, sys
+from pathlib import Path
+from hypothesis import example, given, settings, strategies as st
+from glassllm.fromgguf import read_gguf
+from glassllm.fromllama2c import read_llama2c
+
+folder = Path(sys.argv[1])
+i32 = st.integers(-2**31, 2**31 - 1) | st.sampled_from([1, 2, 4, 64, 2**20, 10**8])
+VALID = [64, 128, 2, 4, 4, 256, 64]          # dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len
+ints = st.one_of(st.lists(i32, min_size=7, max_size=7),
+                 st.tuples(st.integers(0, 6), i32).map(lambda kv: VALID[:kv[0]] + [kv[1]] + VALID[kv[0] + 1:]))
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
+@given(ints=ints, v1=st.booleans(), counts=st.tuples(
+           st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), version=st.sampled_from([1, 2, 3, 2**31]),
+       tail=st.binary(max_size=512))
+@example(ints=[64, 128, 2**20, 4, 4, 256, 64], v1=False, counts=(0, 0), version=3, tail=b"")   # 28 bytes, 2**20 layers
+def check(ints, v1, counts, version, tail):
+    head = (struct.pack("<Ii", 0x616B3432, 1) + struct.pack("<7i", *ints) + b"\\0" * 220) if v1 else struct.pack("<7i", *ints)
+    (folder / "model.bin").write_bytes(head + tail)
+    one_line(lambda: read_llama2c(folder / "model.bin"))
+    (folder / "m.gguf").write_bytes(b"GGUF" + struct.pack("<IQQ", version, *counts) + tail)
+    one_line(lambda: read_gguf(folder / "m.gguf"))
+''', str(tmp_path))
+
+
+def test_generated_http_requests_get_json_answers():
+    """Raw requests of any request line, Host, Content-Length and body, sent to a real server: never a
+    5xx, and every 4xx is JSON ``{"error": ...}`` (or, for bytes h11 cannot parse at all, the same)."""
+    run_property('''
+import json, socket
+from hypothesis import given, settings, strategies as st
+from glassllm.config import ModelConfig
+from glassllm.inspector import Inspector, create_app
+from glassllm.inspector.server import Server
+from glassllm.nn import Transformer
+from glassllm.tokenizer import Tokenizer
+
+tok = Tokenizer.train(["once upon a time there was a cat"] * 20, vocab_size=260)
+model = Transformer(ModelConfig(vocab_size=260, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32,
+                                max_seq_len=32), seed=0)
+server = Server(create_app(Inspector(model, tok), prompt="hi"), "127.0.0.1", 0).start()
+token = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
+hosts = st.sampled_from(["127.0.0.1", "127.0.0.1:1, evil.example", "evil.example", "", "[::1]", "127.0.0.1 x"])
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True)
+@given(method=st.sampled_from(["GET", "POST", "PUT", "G\\x00T", ""]) | token,
+       path=st.sampled_from(["/", "/api/info", "/api/tokens", "/api/next", "//evil.example/", "/%2F%2F"]) | token,
+       host=st.lists(hosts, max_size=2), length=st.none() | st.sampled_from(["-1", "abc", "5", "99999999999", "0"]),
+       body=st.binary(max_size=64))
+def check(method, path, host, length, body):
+    lines = [f"{method} {path} HTTP/1.1"] + [f"Host: {h}" for h in host]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    lines += ["Content-Type: application/json", "Connection: close"]
+    raw = ("\\r\\n".join(lines) + "\\r\\n\\r\\n").encode("latin-1") + body
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as s:
+        s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    if not answer:
+        return
+    head, _, rest = answer.partition(b"\\r\\n\\r\\n")
+    status = int(head.split(b" ", 2)[1])
+    assert status < 500, (raw, head)
+    if status >= 400:
+        assert b"application/json" in head.lower() and "error" in json.loads(rest), (raw, answer[:300])
+''')
