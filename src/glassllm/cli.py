@@ -20,7 +20,19 @@ import os
 import signal
 import sys
 
-from . import _interrupted_early  # noqa: E402 -- installed by glassllm/__init__ for the glassllm command
+
+def _interrupted_early(signum, frame):  # noqa: ARG001
+    """Ctrl-C while the ``glassllm`` command is still importing: one line and exit 130, no traceback
+    (:func:`main` puts Python's own handler back once it runs)."""
+    os.write(2, b"glassllm: interrupted\n")
+    os._exit(130)
+
+
+# First of all, in the glassllm command only (not in a program that imports this module), and only when
+# no other handler was chosen: Ctrl-C during the imports below ends the command with one line.
+if (os.path.basename(sys.argv[0] if sys.argv else "") in ("glassllm", "__main__.py")
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+    signal.signal(signal.SIGINT, _interrupted_early)
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
