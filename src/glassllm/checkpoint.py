@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
-from .limits import check_fits, parse_json
-from .files import (MAX_HEADER_BYTES, atomic_path, check_header_entries, atomic_write, make_folder, read_head, refuse_to_replace,
-                    starts_like_safetensors)
+from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, check_header_entries, encode_safetensors,
+                    make_folder, read_head, read_safetensors, refuse_to_replace, starts_like_safetensors)
+from .limits import parse_json
 from .nn import Transformer, model_dtype
 from .tokenizing import TextTokenizer, tokenizer_from_json
 
@@ -52,8 +52,6 @@ _DTYPES = {"F32": np.float32, "F64": np.float64}
 
 def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
     """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
-    from safetensors.numpy import save
-
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     if not isinstance(tokenizer, TextTokenizer):
@@ -73,7 +71,7 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
             raise ValueError(f"metadata key {key!r} is reserved")
         meta[key] = str(value)
     tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
-    atomic_write(path, save(tensors, metadata=meta))
+    atomic_write(path, encode_safetensors(tensors, meta))
 
 
 def read_header(path) -> tuple[dict, dict[str, str]]:
@@ -139,10 +137,9 @@ def load_model(path, dtype=None):
     """Load a model file: returns ``(model, tokenizer, metadata)``.
 
     Every tensor's name, dtype and shape is checked against the stored config
-    before any data is read. ``dtype`` casts the parameters (default: as stored).
+    before any data is read. ``dtype`` casts the parameters (default: as stored). The tensors are read
+    with NumPy alone (:func:`glassllm.files.read_safetensors`).
     """
-    from safetensors import safe_open
-
     if dtype is not None:
         dtype = model_dtype(dtype)
     header, meta = read_header(path)
@@ -175,13 +172,7 @@ def load_model(path, dtype=None):
     config.check_tables(Path(path).stat().st_size, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
-    state = {}
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            for key in expected:
-                state[key] = f.get_tensor(key)
-    except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"{name!r}: cannot read tensors: {e}") from None
+    state = read_safetensors(path, set(expected))
     model = Transformer(config, seed=0, dtype=target)
     try:
         model.load_state_dict(state)

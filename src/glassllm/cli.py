@@ -11,7 +11,9 @@ line on stderr and exit code 2, as argparse does for bad options. An empty
 string where a file or folder is expected is refused before any work (it would
 otherwise mean the current folder). A library error that names a parameter
 (:class:`~glassllm.checks.ParameterError`) names the option that set it instead:
-``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`).
+``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`). A command that needs an optional
+package which is not installed says which extra brings it, in one line, with exit code 2
+(:class:`glassllm.optional.MissingExtra`).
 """
 
 from __future__ import annotations
@@ -96,8 +98,6 @@ def main(argv=None) -> int:
     global _RESERVE
     command = "glassllm"
     try:
-        if signal.getsignal(signal.SIGINT) is _interrupted_early:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
         command = f"glassllm {argv[0]}" if argv and argv[0] in COMMANDS else "glassllm"
         return _main(argv)
@@ -111,14 +111,31 @@ def main(argv=None) -> int:
     except RecursionError:
         _last_line(f"{command}: error: the input is nested too deeply")
         return 2
+    except Exception as e:
+        if _interrupted_inside(e):               # an import that turned Ctrl-C into an ImportError (NumPy's)
+            _last_line(f"{command}: interrupted")
+            return 130
+        raise
+
+
+def _interrupted_inside(e: BaseException) -> bool:
+    """Did ``e`` arise from a Ctrl-C (a KeyboardInterrupt in its chain of causes)?"""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _last_line(text: str) -> None:
     """Write ``text`` and a newline to stderr with as little work as possible (no formatting of anything
     large: it may run when memory is exhausted)."""
     try:
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001 -- a closed or broken stderr: nothing more to do
+        print(text, file=sys.stderr, flush=True)
+        return
+    except Exception:  # noqa: BLE001 -- no memory to format, or a broken stderr: write the bytes directly
         pass
     try:
         os.write(2, text.encode("utf-8", "replace") + b"\n")
@@ -141,10 +158,13 @@ def _main(argv: list[str]) -> int:
 
     from .checks import ParameterError
     from .commands import option_for
+    from .optional import MissingExtra
 
     if args.command in KEEP_FREED_MEMORY:
         from .heap import keep_freed_memory
         keep_freed_memory()
+    if signal.getsignal(signal.SIGINT) is _interrupted_early:   # imports done: Ctrl-C may now stop the work
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # cleanly (KeyboardInterrupt, caught above)
     try:
         # NumPy's overflow warnings would only add noise: a NaN or an infinity that matters is
         # caught where it arises and reported as one line (generate, eval, train check for them).
@@ -158,7 +178,7 @@ def _main(argv: list[str]) -> int:
         text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
         print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError, OverflowError) as e:
+    except (ValueError, TypeError, OSError, OverflowError, MissingExtra) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:

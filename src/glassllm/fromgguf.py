@@ -43,6 +43,7 @@ import numpy as np
 
 from .config import ModelConfig
 from .limits import check_count, check_fits
+from .optional import require
 
 __all__ = ["read_gguf", "GGUF_NAMES"]
 
@@ -65,7 +66,7 @@ def GGUF_NAMES(n_layers: int) -> dict[str, str]:
 
 
 def _open(path: Path):
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     try:
         with open(path, "rb") as f:
@@ -115,7 +116,7 @@ def _one_line(e: Exception) -> str:
 
 def read_gguf(path):
     """``(config, state, tokenizer)`` of a Llama GGUF file; ``ValueError`` naming what cannot be held."""
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     from .sptokenizer import SPTokenizer
 

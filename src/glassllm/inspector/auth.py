@@ -34,7 +34,10 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Access", "same_origin_path", "new_token", "check_token_text", "own_hosts", "host_of", "is_loopback", "lan_addresses",
+from ..optional import require
+
+__all__ = ["Access", "same_origin_path", "new_token", "check_token_text", "own_hosts", "host_of", "is_loopback",
+           "lan_addresses",
            "TOKEN_BYTES"]
 
 TOKEN_BYTES = 32                      # 256 bits from secrets; the issue's floor is 128
@@ -101,8 +104,7 @@ def lan_addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses (the ones to hand out), best effort."""
     found = []
     try:
-        import psutil
-
+        psutil = require("psutil", "listing this machine's addresses")
         for addrs in psutil.net_if_addrs().values():
             found += [a.address for a in addrs if a.family == socket.AF_INET]
     except Exception:  # noqa: BLE001 -- psutil missing or refused: fall back to the host name
@@ -129,8 +131,7 @@ def own_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
     if unspecified:
         names.update(lan_addresses())
         try:
-            import psutil
-
+            psutil = require("psutil", "listing this machine's addresses")
             names.update(a.address.split("%")[0].lower() for addrs in psutil.net_if_addrs().values()
                          for a in addrs if a.family == socket.AF_INET6)
         except Exception:  # noqa: BLE001

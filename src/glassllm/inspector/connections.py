@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from ..optional import require
+
+H11Protocol = require("uvicorn.protocols.http.h11_impl", "the inspector's server").H11Protocol
+h11 = require("h11", "the inspector's server")
 
 __all__ = ["guarded_protocol"]
 

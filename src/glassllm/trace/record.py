@@ -171,7 +171,7 @@ class Trace:
 
         Returns a display object that Jupyter renders inline (the inspector's
         offline page in a frame: no server, no network); ``tokenizer`` labels the
-        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
+        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm-numpy[app]``).
         """
         # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
         # when called: the tracer does not import the inspector.

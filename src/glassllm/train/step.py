@@ -25,6 +25,7 @@ from ..checks import ParameterError
 from ..limits import over_limit
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
+from ..optional import require
 
 __all__ = ["train_step", "GradientThreads", "NonFinite", "find_non_finite", "blas_threads"]
 
@@ -201,5 +202,4 @@ def blas_threads(n):
         raise ParameterError("threads", f"must be >= 1, got {n}")
     if over_limit(n, "threads"):
         raise ParameterError("threads", over_limit(n, "threads"))
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(n)
+    return require("threadpoolctl", "limiting BLAS threads (--threads)").threadpool_limits(n)
