@@ -166,7 +166,7 @@ READERS = _register("readers", [
     "model file header only: 1,024 layers of width 8,192",
     "model file: tensors whose offsets overlap", "llama2.c: 28 bytes claiming 2**20 layers",
     "llama2.c: seq_len=10**8", "GGUF: 2**40 tensors in 88 bytes", "HF: num_hidden_layers=10**7",
-    "HF: max_position_embeddings=10**8", "trace: a zip64 member claiming 160 GB",
+    "HF: max_position_embeddings=10**8", "HF: tokenizer.json of 200,000 ids", "trace: a zip64 member claiming 160 GB",
     "trace: a member claiming more bytes than the archive", "train state: damaged records",
 ])
 
@@ -217,6 +217,12 @@ def test_a_file_that_claims_too_much_is_refused_at_once(env, case, tmp_path):
     elif case == "HF: max_position_embeddings=10**8":
         folder = _hf_folder(root, tmp_path, max_position_embeddings=10**8)
         one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], root), "max_seq_len")
+    elif case == "HF: tokenizer.json of 200,000 ids":
+        folder = _hf_folder(root, tmp_path)
+        doc = json.loads((folder / "tokenizer.json").read_text())
+        doc["model"]["vocab"] = {f"t{i}": i for i in range(200_000)}
+        (folder / "tokenizer.json").write_text(json.dumps(doc))
+        one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], root), "model.vocab", "limit")
     elif case.startswith("trace:"):
         path = _zip64_trace(env, tmp_path / "t.npz", 1 << 29 if "160 GB" in case else 1 << 16)
         code = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY}, {MEMORY}))\n"

@@ -646,6 +646,10 @@ def folder_tokenizer(folder: Path):
     tok_path = folder / "tokenizer.json"
     if tok_path.is_file():
         doc = _read_json(tok_path, "a tokenizer")
+        model = doc.get("model") if isinstance(doc, dict) else None
+        for key, name in (("vocab", "vocabulary"), ("merges", "array")):   # before a tokenizer is built of them
+            if isinstance(model, dict) and isinstance(model.get(key), (dict, list)):
+                check_count(f"model.{key} (entries)", len(model[key]), name, repr(str(tok_path)))
         if _is_sentencepiece(doc):
             tokenizer = SPTokenizer.from_hf_tokenizer_json(doc, str(tok_path))
             return tokenizer, np.arange(tokenizer.vocab_size), tok_path
