@@ -654,3 +654,13 @@ def check(method, path, host, length, body):
     if status >= 400:
         assert b"application/json" in head.lower() and "error" in json.loads(rest), (raw, answer[:300])
 ''')
+
+
+def test_the_doc_states_the_limits_table():
+    from glassllm.limits import markdown_table
+
+    text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    begin = "<!-- BEGIN LIMITS: glassllm.limits.markdown_table() -->\n"
+    assert begin in text, "docs/reliability.md lacks the limits table (python tools/reliability_report.py --hostile)"
+    assert text.split(begin, 1)[1].split("<!-- END LIMITS -->", 1)[0] == markdown_table(), \
+        "docs/reliability.md's limits table is stale: python tools/reliability_report.py --hostile"
