@@ -83,6 +83,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
+    inspector.next_token(NextRequest(prompt=prompt))   # and a model whose pass is not finite, with generate's
     layers = range(inspector.config.n_layers)
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history

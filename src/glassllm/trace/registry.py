@@ -21,11 +21,12 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import atomic_write
+from ..limits import limit
 from .explain import DESCRIPTIONS, equation, sites
 from .names import match_transformer_lens, transformer_lens_name
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
-MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
+MAX_LAYERS = limit("layers")   # a config (or trace file) with more layers than this is refused (glassllm.limits)
 
 
 def registry(model_or_config=None) -> dict[str, tuple[str, ...]]:

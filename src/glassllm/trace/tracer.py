@@ -74,6 +74,7 @@ class Tracer:
         self.steps: list[Step] = []
         self._live: list[tuple[Step, str, Tensor]] = []
         self._model_dtype = None                       # the model's dtype at the first forward
+        self._edited = None                            # (step, intervention) of this forward's last change
 
     # -- the protocol the model calls -----------------------------------------
     def begin_forward(self, n: int, m: int, start: int, tokens, pad=None) -> None:
@@ -112,6 +113,14 @@ class Tracer:
                 raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of "
                                  f"{np.dtype(t.dtype).name} {t.shape}")
             t = new
+            self._edited = (step, iv)
+        if self._edited is not None and self._edited[0] is step and t.data.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                broken = np.isnan(t.data).any() or np.isposinf(t.data).any()   # -inf is a mask's, and fine
+            if broken:
+                raise ValueError(f"after {self._edited[1]!r}, snapshot {name!r} is non-finite (NaN or +inf): the changed "
+                                 f"numbers overflow what the model computes in {np.dtype(t.dtype).name}; "
+                                 "give smaller values")
         if name in self.selected:
             if ag.is_grad_enabled() and t.requires_grad:
                 # An identity node of its own, so that this name gets its own gradient.
