@@ -33,7 +33,6 @@ to a model, so two traces cannot share one).
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import threading
 from collections import OrderedDict
@@ -95,7 +94,11 @@ class _Run:
 
     def get(self, full: str, head: int | None, grad: bool) -> np.ndarray:
         read = self.trace.grad if grad else self.trace.get
-        return read(full, head=head, step=self.step)
+        a = read(full, head=head, step=self.step)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():       # a lazy trace's block, computed just now
+            raise ValueError(f"{'the gradient of ' if grad else ''}{shown(full)} contains NaN or inf: the model's "
+                             "numbers overflow, so its output is broken")
+        return a
 
 
 class Inspector:
@@ -229,6 +232,7 @@ class Inspector:
         from ..trace import lens_top
 
         ids = self.encode(req.prompt)
+        self._prompt_run(ids, None, None, True)                          # refuses a non-finite pass (cached)
         top, prob = lens_top(self._replica(), ids)                      # this thread's copy of the model
         rows = np.asarray(top).tolist()                                  # (L+1, n) token ids
         return {"streams": list(top.labels[0]), "pieces": [self._vocab[i] for i in ids], "top": rows,
@@ -247,6 +251,7 @@ class Inspector:
             raise ValueError(f"position {position} is out of range: the prompt has positions 0..{n - 1}")
         if req.token is not None and req.token >= V:
             raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
+        self._prompt_run(ids, None, None, True)                          # refuses a non-finite pass (cached)
         bars = direct_attribution(self._replica(), ids, position, req.token)
         token = bars.baseline["token"]
         return {"labels": bars.labels[0], "values": np.asarray(bars, dtype=np.float64).tolist(),
@@ -641,9 +646,9 @@ def _trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> 
 
     tokens = np.array(ids)                                               # (n,)
     edit = iv is not None and iv.kind == "edit"
-    with np.errstate(all="ignore") if edit else contextlib.nullcontext():   # overflow is refused below instead
+    with np.errstate(all="ignore"):                                      # overflow is refused below instead
         lazy = LazyTrace(model, tokens, None, _edits(iv), keep_bytes=keep_bytes)
-        if edit and not np.isfinite(lazy.last_logits).all():
+        if not np.isfinite(lazy.last_logits).all():
             target = None                                                # refused below, before any backward
         elif grad:
             if target is None:
@@ -657,7 +662,25 @@ def _trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> 
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
                          f"{shown(iv.name)} = {iv.value} is outside what the model can compute with "
                          "(an rms of 0 divides by zero)")
+    if not np.isfinite(run.logits).all():
+        raise ValueError("logits contain NaN or +inf: the model's output is broken")
+    refuse_non_finite(run.trace)                 # what the lazy trace holds now; _Run.get checks the rest
     return run
+
+
+def refuse_non_finite(trace) -> None:
+    """Nothing non-finite leaves the inspector: a ValueError line if the traced pass's logits (the line
+    ``generate`` gives) or any snapshot or gradient holds NaN or an infinity."""
+    for step in trace.steps:
+        logits = step.values.get("logits")
+        if logits is not None and not np.isfinite(logits).all():
+            raise ValueError("logits contain NaN or +inf: the model's output is broken")
+    for step in trace.steps:
+        for kind, arrays in (("", step.values), ("the gradient of ", step.grads)):
+            for name, a in arrays.items():
+                if a.dtype.kind == "f" and not np.isfinite(a).all():
+                    raise ValueError(f"{kind}{shown(name)} contains NaN or inf: the model's numbers overflow, "
+                                     "so its output is broken")
 
 
 def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run | None]:
@@ -665,10 +688,11 @@ def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run | None]:
     (entry 0 is None: the prompt's own pass is :func:`_trace_prompt`'s, so it is not recorded here)."""
     from ..generate import generate
 
-    with _AfterPrompt(model) as tracer:
+    with np.errstate(all="ignore"), _AfterPrompt(model) as tracer:      # overflow is refused below instead
         chosen = [tok.id for tok in generate(model, tokenizer, ids, max_new_tokens=passes,
                                              temperature=0, fast=False)]
     t = tracer.trace
+    refuse_non_finite(t)
     seq = list(ids) + chosen
     return [None] + [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps) if s > 0]
 

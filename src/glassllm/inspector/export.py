@@ -51,7 +51,8 @@ from .server import read_assets
 
 ValidationError = require("pydantic", "the inspector").ValidationError
 
-__all__ = ["TEMPERATURES", "MAX_MB", "build_responses", "render_html", "export_html", "ExportTooLarge"]
+__all__ = ["TEMPERATURES", "MAX_MB", "build_responses", "render_html", "inline_page", "export_html",
+           "ExportTooLarge"]
 
 MAX_MB = 50.0                          # the default bound of one export's embedded answers, in MB (1e6 bytes)
 
@@ -109,6 +110,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
+    inspector.next_token(NextRequest(prompt=prompt))   # and a model whose pass is not finite, with generate's
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history
         out[request_key("timeline", TimelineRequest())] = inspector.timeline_view()
@@ -192,16 +194,21 @@ def _part(key: str) -> str:
 
 def render_html(info: dict, prompt: str, responses: dict[str, dict], note: str | None = None) -> str:
     """The page with its style, script and data inlined (``note``: what the export left out)."""
-    assets = read_assets()
     data = json.dumps({"info": info, "prompt": prompt, "responses": responses, "left_out": note},
                       separators=(",", ":"), ensure_ascii=True)
     data = data.replace("<", "\\u003c")  # no "</script>" can close the data block early
+    return inline_page('<script id="glass-data" type="application/json">' + data + "</script>\n")
+
+
+def inline_page(data_script: str) -> str:
+    """The page with its style and script inlined, ``data_script`` (a ``<script>`` element) before the script,
+    and a Content-Security-Policy that forbids every network request."""
+    assets = read_assets()
     html = assets["index.html"]
     head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
     html = html.replace('<meta charset="utf-8">\n', '<meta charset="utf-8">\n' + head, 1)
     style = "<style>\n" + assets["style.css"] + "</style>"
-    script = ('<script id="glass-data" type="application/json">' + data + "</script>\n"
-              "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>")
+    script = data_script + "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>"
     html, n_style = re.subn(r'<link rel="stylesheet" href="style.css">', lambda _: style, html)
     html, n_script = re.subn(r'<script src="app.js"></script>', lambda _: script, html)
     assert n_style == 1 and n_script == 1, "index.html lost its style or script tag"

@@ -13,12 +13,15 @@ import contextlib
 import copy
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 
 from .. import autograd as ag
 from .. import kernels
 from ..autograd import Tensor
+from ..checks import ParameterError
+from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
 from .registry import check_index, registry, resolve_all, storage_dtype
@@ -76,6 +79,7 @@ class Tracer:
         self.steps: list[Step] = []
         self._live: list[tuple[Step, str, Tensor]] = []
         self._model_dtype = None                       # the model's dtype at the first forward
+        self._edited = None                            # (step, intervention) of this forward's last change
 
     # -- the protocol the model calls -----------------------------------------
     def begin_forward(self, n: int, m: int, start: int, tokens, pad=None) -> None:
@@ -114,6 +118,14 @@ class Tracer:
                 raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of "
                                  f"{np.dtype(t.dtype).name} {t.shape}")
             t = new
+            self._edited = (step, iv)
+        if self._edited is not None and self._edited[0] is step and t.data.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                broken = np.isnan(t.data).any() or np.isposinf(t.data).any()   # -inf is a mask's, and fine
+            if broken:
+                raise ValueError(f"after {self._edited[1]!r}, snapshot {name!r} is non-finite (NaN or +inf): the changed "
+                                 f"numbers overflow what the model computes in {np.dtype(t.dtype).name}; "
+                                 "give smaller values")
         if name in self.selected:
             if ag.is_grad_enabled() and t.requires_grad:
                 # An identity node of its own, so that this name gets its own gradient.
@@ -176,12 +188,32 @@ class Tracer:
         return [k for k in self.axes if k in self.selected]
 
 
+@contextmanager
+def parameter_grads_kept(model):
+    """A backward pass inside leaves the parameters' ``.grad`` as they were before it (for a trace's gradients)."""
+    params = model.parameters()
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+
+
 IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
 
 
 def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, batch: int = 0, dtype=None,
-          interventions=(), lazy: bool = False) -> Trace:
+          interventions=(), tokenizer=None, lazy: bool = False) -> Trace:
     """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
+
+    ``tokens`` may be text, with ``tokenizer=``: it is encoded as :func:`glassllm.generate.generate`
+    reads a prompt (``tokenizer.encode_prompt``: special tokens allowed, ``<s>`` first for a
+    SentencePiece Llama). The returned trace holds the forward's ``logits`` (n, V) of the kept
+    batch row whatever ``names`` records, and the ``tokenizer`` (which then labels ``show()``),
+    like TransformerLens' ``run_with_cache(text)``, which returns the logits with the cache.
 
     With ``targets``, the mean cross-entropy is back-propagated too, so every
     snapshot gets its gradient (``trace.loss`` holds the loss). The
@@ -204,6 +236,11 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
     >>> bool(t.grad("logits")[:2].any()), bool(t.grad("logits")[2].any())   # only the last position's logits
     (False, True)
     """
+    if tokenizer is not None and getattr(tokenizer, "vocab_size", None) != model.config.vocab_size:
+        raise ParameterError("tokenizer", f"has {getattr(tokenizer, 'vocab_size', None)} ids but the model "
+                                          f"expects {model.config.vocab_size}")
+    if isinstance(tokens, str):
+        tokens = np.array(prompt_ids(tokens, model, tokenizer, "tokens"))         # (n,)
     if lazy:
         if names is not None or cache is not None or batch != 0:
             raise ValueError("trace(..., lazy=True) records every name of one row without a cache: "
@@ -217,7 +254,9 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
             full = _targets(targets, np.shape(model.check_tokens(tokens)), loss_at)
             if not ag.is_grad_enabled():
                 raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
-        return LazyTrace(model, tokens, full, interventions, dtype)
+        out = LazyTrace(model, tokens, full, interventions, dtype)
+        out.tokenizer = tokenizer
+        return out
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
     if loss_at is not None and targets is None:
         raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")
@@ -228,24 +267,24 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
             raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
     if targets is None:
         with ag.no_grad(), tracer:
-            model(tokens, cache)
+            logits = model(tokens, cache)
         out = tracer.trace
         out.without_loss = True
-        return out
-    params = model.parameters()
-    saved = [p.grad for p in params]
-    for p in params:
-        p.grad = None
-    try:
-        with tracer:
-            logits = model(tokens, cache)
-            loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
-            loss.backward()
-    finally:
-        for p, g in zip(params, saved):
-            p.grad = g
+        return _finish(out, logits, batch, tokenizer)
+    with parameter_grads_kept(model), tracer:
+        logits = model(tokens, cache)
+        loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
+        loss.backward()
     out = tracer.trace
     out.loss = float(loss.item())
+    return _finish(out, logits, batch, tokenizer)
+
+
+def _finish(out: Trace, logits: Tensor, batch: int, tokenizer) -> Trace:
+    """The trace with the kept row's logits (read-only) and the tokenizer that read its text."""
+    row = np.array(logits.data[batch])                                          # (n, V)
+    row.flags.writeable = False
+    out.logits, out.tokenizer = row, tokenizer
     return out
 
 
@@ -356,11 +395,13 @@ class LazyTrace(Trace):
         self._inputs = [step.values[f"layers.{i}.resid_pre"] for i in range(L)]       # (n, C) each
         self._final = step.values[f"layers.{L - 1}.resid_post"]                         # (n, C)
         self.last_logits = np.array(step.values["logits"][-1])                          # (V,)
+        logits = step.values["logits"]                                                  # (n, V), as trace() keeps
         kept = {"embed": step.values["embed"]}
         super().__init__(model.config, probe.axes, list(probe.axes), [
             Step(0, n, n, 0, tokens[0].copy(), values=kept)], 0, probe.trace.dtype,
             [repr(iv) for iv in self._interventions])
         self._always = dict(kept)
+        self.logits = logits
         self._out_grads: list[np.ndarray | None] = [None] * L
         self._targets = None
         self.without_loss = True
@@ -411,7 +452,7 @@ class LazyTrace(Trace):
     # -- bytes -----------------------------------------------------------------
     @property
     def nbytes(self) -> int:
-        fixed = sum(a.nbytes for a in self._inputs) + self._final.nbytes + self.last_logits.nbytes
+        fixed = sum(a.nbytes for a in self._inputs) + self._final.nbytes + self.last_logits.nbytes + self.logits.nbytes
         fixed += sum(g.nbytes for g in self._out_grads if g is not None)
         fixed += sum(a.nbytes for a in self._always.values())
         return fixed + self._held
@@ -480,21 +521,13 @@ class LazyTrace(Trace):
         ``grad_out`` is "loss") and return d/dx."""
         want_grad = grad_out is not None
         model = self._model
-        params = model.parameters()
-        saved = [p.grad for p in params]
-        for p in params:
-            p.grad = None
-        try:
-            with (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
-                tracer.begin_forward(n=self._n, m=self._n, start=0, tokens=self._tokens)
-                leaf = Tensor(np.asarray(x, dtype=model.dtype)[None], requires_grad=want_grad)
-                out = fn(leaf)
-                if want_grad:
-                    out.backward() if isinstance(grad_out, str) else out.backward(
-                        np.asarray(grad_out, dtype=model.dtype)[None])
-        finally:
-            for p, g in zip(params, saved):
-                p.grad = g
+        with parameter_grads_kept(model), (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
+            tracer.begin_forward(n=self._n, m=self._n, start=0, tokens=self._tokens)
+            leaf = Tensor(np.asarray(x, dtype=model.dtype)[None], requires_grad=want_grad)
+            out = fn(leaf)
+            if want_grad:
+                out.backward() if isinstance(grad_out, str) else out.backward(
+                    np.asarray(grad_out, dtype=model.dtype)[None])
         return leaf.grad if want_grad else None
 
     def _block(self, i: int, tracer, grad_out):
