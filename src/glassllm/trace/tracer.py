@@ -528,7 +528,10 @@ class LazyTrace(Trace):
             if want_grad:
                 out.backward() if isinstance(grad_out, str) else out.backward(
                     np.asarray(grad_out, dtype=model.dtype)[None])
-        return leaf.grad if want_grad else None
+        if not want_grad:
+            return None
+        # An edit that replaces a snapshot by a new tensor cuts the input off: it then gets 0, as in a full trace.
+        return leaf.grad if leaf.grad is not None else np.zeros_like(leaf.data)
 
     def _block(self, i: int, tracer, grad_out):
         """Block i from its stored input; with ``grad_out`` (n, C) its backward: d loss / d input (1, n, C)."""
