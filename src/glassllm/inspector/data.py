@@ -220,6 +220,11 @@ class Inspector:
         ids = self.encode(req.prompt)
         return {"ids": ids, "pieces": [self._vocab[i] for i in ids]}
 
+    def check_pass(self, prompt: str) -> None:
+        """Encode ``prompt`` and run its pass (cached): a bad prompt, or a model whose pass is not finite,
+        raises the ValueError line the server answers with."""
+        self._prompt_run(self.encode(prompt), None, None, True)
+
     # ------------------------------------------------------------------ logit lens, attribution
     def lens(self, req: PromptRequest) -> dict:
         """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's

@@ -82,8 +82,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
-    inspector.encode(prompt)  # a bad prompt fails here, with the server's message
-    inspector.next_token(NextRequest(prompt=prompt))   # and a model whose pass is not finite, with generate's
+    inspector.check_pass(prompt)  # a bad prompt, or a pass that is not finite, fails here with the server's line
     layers = range(inspector.config.n_layers)
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history

@@ -227,6 +227,9 @@ class _Recorded(Inspector):
     def encode(self, prompt: str) -> list[int]:
         return list(self.ids)
 
+    def check_pass(self, prompt: str) -> None:
+        self.encode(prompt)                                  # the recorded pass was checked when it was made
+
     def next_token(self, req):
         if self.run.logits is None:
             raise ValueError("this trace did not record 'logits': trace it with names including 'logits'")
