@@ -73,7 +73,8 @@ def copy_cache(cache):
 class Case:
     """A layer, the arrays it is called on, and how to call it.
 
-    ``call(layer, *tensors)`` calls the layer (a fresh cache each time, if any);
+    ``call(layer, *tensors)`` runs the layer as the model does (``layer.run``: its chosen kernel or
+    its reference), with a fresh cache each time, if any;
     ``n``, ``m`` and ``cache`` are what the dispatcher sees for this call.
     """
 
@@ -94,20 +95,20 @@ def attention_case(dtype, rng, B, n, start=0, pad=None, cache=False):
     x = rng.standard_normal((B, n, CONFIG.dim)).astype(dtype)
 
     def call(layer, x):
-        return layer(x, rope, None if c is None else copy_cache(c), start, pad)
+        return layer.run(x, rope, None if c is None else copy_cache(c), start, pad)
     return Case(attn, [x], call, n, start + n, c)
 
 
 def rms_norm_case(dtype, rng):
     model = model_of(dtype)
     x = (3.0 * rng.standard_normal((2, 9, CONFIG.dim))).astype(dtype)
-    return Case(model.layers[0].ffn_norm, [x], lambda layer, x: layer(x), 9, 9)
+    return Case(model.layers[0].ffn_norm, [x], lambda layer, x: layer.run(x), 9, 9)
 
 
 def feed_forward_case(dtype, rng):
     model = model_of(dtype)
     x = rng.standard_normal((2, 9, CONFIG.dim)).astype(dtype)
-    return Case(model.layers[0].feed_forward, [x], lambda layer, x: layer(x), 9, 9)
+    return Case(model.layers[0].feed_forward, [x], lambda layer, x: layer.run(x), 9, 9)
 
 
 # kernel name -> its cases (builders: dtype, rng -> Case)
@@ -269,7 +270,7 @@ def test_a_traced_name_runs_the_reference():
         assert expect in chosen.values(), f"untraced layers should still run {expect}"
     with kernels.chosen(model._kernel_slots, n=n, m=n, cache=None) as plan:
         assert len(plan) == len(model._kernel_slots)          # untraced: every replaceable layer
-    assert all(layer._kernel is None for layer, _ in model._kernel_slots)   # and back on the reference after
+    assert all(layer.kernel is None for layer, _ in model._kernel_slots)   # and back on the reference after
 
 
 def test_disabled_runs_no_kernel_and_nests():
@@ -361,3 +362,72 @@ def test_doctests():
 
     for module in (dispatch, dense):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+# ----------------------------------------------------------------------------
+# kernels.plan: which path each layer takes, and the trace's record of the paths taken
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("traced", [False, True, ["layers.1.attn.softmax", "layers.2.mlp_norm.rms"]],
+                         ids=["untraced", "traced", "two-names"])
+@pytest.mark.parametrize("n", [16, 256])
+def test_plan_names_the_path_every_layer_takes_in_a_real_forward(n, traced):
+    """The plan for a 16- and a 256-token forward equals the paths a tracer records while the model runs."""
+    from glassllm.trace import Tracer
+
+    model = Transformer(seed=0)
+    tokens = np.random.default_rng(n).integers(0, model.config.vocab_size, (1, n))
+    names = [] if traced is False else (None if traced is True else traced)
+    with no_grad(), Tracer(model, names=names) as tracer:
+        model(tokens)
+    taken = tracer.trace.paths
+    plan = kernels.plan(model, n=n, traced=traced)
+    assert plan.paths == taken
+    assert set(taken) == {layer.prefix[:-1] for layer, _ in model._kernel_slots}      # every replaceable layer
+    for row in plan.rows:
+        owner = type(next(x for x in model.modules() if x.prefix == row.layer + "."))
+        if traced is True or (traced and any(name.startswith(row.layer + ".") for name in traced)):
+            assert row.path == "reference" and "traced" in row.because      # a recorded snapshot: the reference
+        else:                                       # the first registered kernel that serves these shapes
+            serving = [k for k in kernels.kernels_for(owner) if k.applies(n, n, None)]
+            assert row.path == serving[0].name and serving[0].serves in row.because
+    text = str(plan)
+    assert text.splitlines()[0].startswith(f"{n} new queries against {n} keys, no cache")
+    for row in plan.rows:                           # every path appears on the printed table
+        assert row.path in text
+
+
+def test_plan_with_a_cache_names_the_decoder_and_follows_disabled():
+    model = Transformer(seed=0)
+    cache = model.new_cache(1)
+    cache.start = 9
+    plan = kernels.plan(model, n=1, cache=cache)
+    assert plan.heading.startswith("1 new query against 10 keys, a cache")
+    assert plan.decoding.path == "fast_decode" and "decoding steps" in str(plan)
+    with kernels.disabled("fused_rms_norm", "fast_decode"):
+        off = kernels.plan(model, n=1, m=10, cache=True)
+    assert all(r.path == "reference" and "switched off" in r.because for r in off.rows if "norm" in r.layer)
+    assert off.decoding.path != "fast_decode"
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+        kernels.plan(model, n=0)
+    with pytest.raises(TypeError, match="traced must be"):
+        kernels.plan(model, n=3, traced=3)
+
+
+def test_a_layer_called_directly_runs_its_reference_and_run_follows_its_kernel():
+    model = model_of(np.float64)
+    attn, norm = model.layers[0].attention, model.layers[0].attention_norm
+    assert attn.kernel is None and norm.kernel is None
+    with kernels.chosen(model._kernel_slots, n=5, m=5, cache=None) as plan:
+        assert norm.kernel is plan[norm] is KERNELS["fused_rms_norm"]
+        x = Tensor(np.random.default_rng(0).standard_normal((1, 5, CONFIG.dim)))
+        seen = TeachingTracer()
+        norm.set_tracer(seen)
+        try:
+            norm(x)                                 # the reference: every snapshot, rms included
+            ref = list(seen.seen)
+            seen.seen.clear()
+            norm.run(x)                             # the kernel the dispatcher chose: no rms
+        finally:
+            norm.set_tracer(None)
+    assert any(s.endswith(".rms") for s in ref) and not any(s.endswith(".rms") for s in seen.seen)

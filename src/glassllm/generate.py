@@ -251,7 +251,7 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     alternatives = _check_count(alternatives, "alternatives", 0, V)
     if fast is not None and not isinstance(fast, bool):
         raise ParameterTypeError("fast", f"must be True, False or None, got {fast!r}")
-    if fast and model._tracer is not None:
+    if fast and model.tracer is not None:
         raise ValueError("fast=True skips the snapshots, but a tracer is attached; use fast=None or False")
     longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
     if longest >= ctx:
@@ -290,7 +290,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        if kernels.lean_decoding(model) if fast is None else (fast and model._tracer is None):
+        if kernels.lean_decoding(model) if fast is None else (fast and model.tracer is None):
             if lean is None:
                 lean = kernels.FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position

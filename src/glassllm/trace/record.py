@@ -26,6 +26,9 @@ class Step:
     carry no meaning (a padded query reads nothing: its ``attn.softmax`` row
     is all zeros). ``n``, ``start`` and ``m`` count the padding; the row's
     own text starts at position ``pad``. 0 when nothing is padded.
+    ``paths``: which path each layer that a kernel may replace took in this
+    forward, {layer name: kernel name or ``"reference"}``} (a layer whose
+    snapshots were recorded ran its reference); empty for a trace read from a file.
     """
 
     index: int
@@ -36,6 +39,7 @@ class Step:
     values: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
     pad: int = 0
+    paths: dict = field(default_factory=dict)
 
 
 class Trace:
@@ -97,6 +101,15 @@ class Trace:
     def pad(self) -> int:
         """How many positions at the start of the kept row are left padding (see :class:`Step`)."""
         return self.steps[0].pad if self.steps else 0
+
+    @property
+    def paths(self) -> dict:
+        """Which path each layer took in the first forward: {layer name: kernel name or "reference"}.
+
+        A layer whose snapshots were recorded ran its reference code; the others may have run a kernel
+        (:func:`glassllm.kernels.plan` says which and why). Each step keeps its own, ``steps[i].paths``.
+        """
+        return dict(self.steps[0].paths) if self.steps else {}
 
     def name(self, name: str, layer=None) -> str:
         """The full name of ``name`` (with ``layer`` for a layer-local name); ValueError if unknown."""
