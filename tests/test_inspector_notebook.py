@@ -129,6 +129,26 @@ def test_trace_show_shows_the_traces_own_numbers(bundled):
     np.testing.assert_array_equal(_array(r["masked"]).astype(bool), np.triu(np.ones((4, 4), dtype=bool), k=1))
 
 
+def test_the_entry_point_shows_a_trace_or_a_prompt_and_needs_no_web_framework(bundled):
+    """glassllm.inspector.show(trace) is Trace.show; glassllm.show is its facade; the notebook view and the
+    offline export import no FastAPI (the page's files are read by inspector.assets)."""
+    import subprocess
+    import sys
+
+    from glassllm import inspector
+
+    model, tokenizer, _ = bundled
+    t = trace(model, tokenizer.encode(PROMPT), names=["layers.0.attn.softmax", "logits"])
+    assert _data(_page(inspector.show(t, tokenizer=tokenizer))) == _data(_page(t.show(tokenizer)))
+    assert _data(_page(glassllm.show(t, tokenizer=tokenizer))) == _data(_page(t.show(tokenizer)))
+    with pytest.raises(TypeError, match="takes no model"):
+        inspector.show(t, model)
+    code = ("import sys, glassllm.inspector.notebook, glassllm.inspector.export; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette', 'uvicorn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 # ---------------------------------------------------------------------------------------------- in Chromium
 
 CHROMIUM = os.environ.get("GLASSLLM_CHROMIUM", "/usr/bin/chromium")

@@ -40,7 +40,7 @@ from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error, request_key,
 )
-from .server import read_assets
+from .assets import read_assets
 
 __all__ = ["TEMPERATURES", "build_responses", "render_html", "export_html"]
 

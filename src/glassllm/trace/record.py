@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import viewers
 from ..config import ModelConfig
 from .files import manifest_of, read_trace_file, save_trace
 from .registry import axis_sizes, check_index, head_axis, registry, resolve
@@ -184,13 +185,12 @@ class Trace:
 
         Returns a display object that Jupyter renders inline (the inspector's
         offline page in a frame: no server, no network); ``tokenizer`` labels the
-        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
+        tokens. The same as ``glassllm.inspector.show(trace, tokenizer=tokenizer)``; see
+        :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
         """
-        # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
-        # when called: the tracer does not import the inspector.
-        import importlib
-
-        return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
+        # The trace layer does not import the inspector (which builds on it): the viewer is the one the
+        # package registered (glassllm.viewers), glassllm.inspector.show(trace).
+        return viewers.trace_viewer()(self, tokenizer, height=height)
 
     def shape(self, name: str, layer=None, step=None) -> tuple:
         full = self.name(name, layer)
