@@ -368,7 +368,7 @@ def test_attention_follows_the_spec_in_its_order():
     src = _source(nn.Attention.__call__)
     steps = ["self.wq(x)", "self.wk(x)", "self.wv(x)", "ag.rope(q", "ag.rope(k", "cache.append(",
              "ag.repeat_interleave(k", "ag.matmul(q, k.transpose(0, 1, 3, 2)) / math.sqrt(D)",
-             "causal_mask(n, m, start)", "ag.masked_fill(scores", "ag.softmax(scores", "ag.matmul(weights, v)",
+             "causal_mask(n, m, start", "ag.masked_fill(scores", "ag.softmax(scores", "ag.matmul(weights, v)",
              "ag.matmul(mix, wo)", "ag.sum(head_out"]
     where = [src.find(step) for step in steps]
     assert -1 not in where, f"missing step: {steps[where.index(-1)]}"

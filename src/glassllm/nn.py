@@ -61,27 +61,12 @@ from . import autograd as ag
 from . import kernels
 from .autograd import Tensor
 from .config import ModelConfig
+from .positions import causal_mask, positions
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
     "Block", "Transformer", "KVCache", "causal_mask", "model_dtype",
 ]
-
-
-def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
-    """Forbidden positions for ``n`` new queries against ``m`` keys: (n, m) bool.
-
-    Query i sits at absolute position ``start + i`` and may read keys
-    0 .. start + i; entry (i, j) is True -- forbidden -- where ``j > start + i``.
-
-    >>> causal_mask(2, 3, start=1).astype(int)
-    array([[0, 0, 1],
-           [0, 0, 0]])
-    """
-    for name, value in (("n", n), ("m", m), ("start", start)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"causal_mask: {name} must be an int >= 0, got {value!r}")
-    return np.arange(m)[None, :] > (start + np.arange(n))[:, None]
 
 
 # ----------------------------------------------------------------------------
@@ -407,9 +392,7 @@ class Attention(Module):
         scores = self.snap("scores", scores)
 
         # 6. The causal mask (and left padding): forbidden scores become -inf.
-        mask = causal_mask(n, m, start)                                  # (n, m)
-        if pad is not None:
-            mask = mask | (np.arange(m) < pad[:, None, None])            # (B, n, m)
+        mask = causal_mask(n, m, start, pad)                             # (n, m), or (B, n, m) with padding
         mask = self.snap("mask", Tensor(np.broadcast_to(mask, (B, n, m))))  # (B, n, m)
         scores = ag.masked_fill(scores, mask.data[:, None], -math.inf)   # (B, H, n, m)
 
@@ -678,11 +661,8 @@ class Transformer(Module):
         pad = None if cache is None else cache.pad
 
         # Positions: row b of a left-padded batch counts from pad[b].
-        if pad is None:
-            cos, sin = self.rotary.tables(np.arange(start, m))             # (n, D/2)
-        else:
-            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
-            cos, sin = self.rotary.tables(positions)                        # (B, n, D/2)
+        cos, sin = self.rotary.tables(positions(start, m, pad))             # (n, D/2) or (B, n, D/2)
+        if pad is not None:
             cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
 
         with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache) as plan:  # which layers run a kernel

@@ -46,6 +46,7 @@ import math
 import numpy as np
 
 from ..autograd import no_grad
+from ..positions import positions
 from .dense import forbidden
 from .flash import FLASH_MIN_QUERIES
 
@@ -144,8 +145,7 @@ class FastDecoder:
             rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
             mask = forbidden(n, m, start, None) if n > 1 else None          # (1, n, m); one query sees all
         else:
-            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
-            rot = self._rotations(m)[positions.reshape(-1)][:, None]        # (N, 1, D, D)
+            rot = self._rotations(m)[positions(start, m, pad).reshape(-1)][:, None]  # (N, 1, D, D)
             mask = forbidden(n, m, start, pad)                              # (B, n, m)
         if mask is not None:
             mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
