@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from ..autograd import no_grad
+from ..autograd import no_grad, softmax_inplace
 from ..positions import positions
 from .dense import forbidden
 from .flash import FLASH_MIN_QUERIES
@@ -172,16 +172,7 @@ class FastDecoder:
                 s = s.reshape(B, G, r, n, m)                                # (B, G, r, n, m)
                 s[np.broadcast_to(mask, s.shape)] = -np.inf
                 s = s.reshape(B, G, r * n, m)                               # (B, G, r*n, m)
-                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
-                peak[np.isneginf(peak)] = 0.0                               # a fully masked (padding) row
-            else:
-                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
-            s -= peak
-            np.exp(s, out=s)
-            total = np.add.reduce(s, axis=-1, keepdims=True)                # (B, G, r*n, 1)
-            if mask is not None:
-                total[total == 0] = 1.0                                     # padding rows stay all zero
-            s /= total                                                      # softmax, (B, G, r*n, m)
+            softmax_inplace(s)                                              # (B, G, r*n, m); padding rows: 0
             mix = s @ values                                                # (B, G, r*n, D)
             if n == 1:
                 heads = mix.reshape(B, H * D)                               # (N, H*D)
