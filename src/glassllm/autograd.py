@@ -34,6 +34,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .checks import check_int
+
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op",
     "softmax_np", "log_softmax_np", "logsumexp_np", "softmax_inplace", "sigmoid_np",
@@ -895,8 +897,7 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
     g*repeats ... g*repeats + repeats - 1.
     """
     a = as_tensor(a)
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
-        raise ValueError(f"repeat_interleave repeats must be an int >= 1, got {repeats!r}")
+    repeats = check_int("repeats", repeats, low=1)
     if a.ndim == 0:
         raise ValueError("repeat_interleave needs a tensor with at least one axis, got a 0-d tensor")
     (axis,) = _norm_axis(axis, a.ndim)

@@ -30,6 +30,9 @@ glassllm.checks.ParameterError: top_k must be in [1, 1024], got 0
 >>> check_int("batch", 2.0)
 Traceback (most recent call last):
 glassllm.checks.ParameterTypeError: batch must be an int, got 2.0
+>>> check_int("steps", 2.5, low=1)
+Traceback (most recent call last):
+glassllm.checks.ParameterTypeError: steps must be an int >= 1, got 2.5
 
 This module imports nothing from glassllm.
 """
@@ -105,19 +108,22 @@ def check_int(name: str, x, low: int | None = None, high: int | None = None, *, 
               owner: str = "") -> int | None:
     """``x`` as a Python int, when it is an integer (not a bool) in [low, high] (either bound may be None).
 
-    Otherwise raises :class:`ParameterTypeError` (not an integer) or :class:`ParameterError` (out of
-    range), naming parameter ``name`` (of class ``owner``, if given). With ``none=True`` None is accepted
-    and returned.
+    Otherwise raises :class:`ParameterTypeError` for a value that is not an integer (``"steps must be
+    an int >= 1, got 2.5"``) or :class:`ParameterError` for one out of range (``"steps must be >= 1,
+    got 0"``), naming parameter ``name`` (of class ``owner``, if given). With ``none=True`` None is
+    accepted and returned.
     """
     if x is None and none:
         return None
+    if low is not None and high is not None:
+        span = f" in [{low}, {high}]"
+    elif low is not None or high is not None:
+        span = f" >= {low}" if low is not None else f" <= {high}"
+    else:
+        span = ""
     if not is_int(x):
-        expected = "an int or None" if none else "an int"
-        raise ParameterTypeError(name, f"must be {expected}, got {x!r:.60}", owner=owner)
+        raise ParameterTypeError(name, f"must be an int{span}{' or None' if none else ''}, got {x!r:.60}",
+                                 owner=owner)
     if (low is not None and x < low) or (high is not None and x > high):
-        if low is not None and high is not None:
-            bounds = f"in [{low}, {high}]"
-        else:
-            bounds = f">= {low}" if low is not None else f"<= {high}"
-        raise ParameterError(name, f"must be {bounds}, got {int(x)}", owner=owner)
+        raise ParameterError(name, f"must be{span}, got {int(x)}", owner=owner)
     return int(x)

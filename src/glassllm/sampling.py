@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .autograd import softmax_np
-from .checks import ParameterError, ParameterTypeError, is_int, is_number
+from .checks import ParameterError, ParameterTypeError, check_int, is_int, is_number
 
 __all__ = [
     "ParameterError", "ParameterTypeError", "SamplingConfig", "check_temperature", "check_top_k", "check_top_p",
@@ -211,10 +211,7 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
         raise ValueError(f"probs must be a (V,) or (B, V) array, got shape {probs.shape}")
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))):
-        raise ParameterTypeError("size", f"must be an int >= 0 or None, got {size!r}")
-    if size is not None and size < 0:
-        raise ValueError(f"size must be an int >= 0 or None, got {size}")
+    size = check_int("size", size, low=0, none=True)
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
     total = cdf[..., -1]
     if not (np.isfinite(total).all() and (total > 0).all()) or probs.min() < 0:  # NaN fails every test
