@@ -304,6 +304,16 @@ def test_the_layer_of_a_submodule_is_its_packages_unless_listed():
     assert layer_of("glassllm.unknown", table) is None
 
 
+def use_fake_modules(files: dict[str, str], tmp_path, monkeypatch) -> None:
+    """Point MODULES at made-up modules ``glassllm.{name}`` with the given source texts."""
+    fake = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        fake[f"glassllm.{name}"] = path
+    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+
+
 def test_underscore_names_are_found_however_they_are_reached(tmp_path, monkeypatch):
     files = {
         "a": "from .b import _hidden, shown\nfrom . import b\nfrom . import c as see\n"
@@ -311,12 +321,7 @@ def test_underscore_names_are_found_however_they_are_reached(tmp_path, monkeypat
         "b": "_hidden = _also = shown = 1\n",
         "c": "_too = 2\nfrom .c import _mine\n",
     }
-    fake = {}
-    for name, text in files.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        fake[f"glassllm.{name}"] = path
-    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+    use_fake_modules(files, tmp_path, monkeypatch)
     assert sorted(n for n, _ in private_uses("glassllm.a")) == ["glassllm.b._also", "glassllm.b._hidden",
                                                                 "glassllm.c._too"]
     assert private_uses("glassllm.c") == []                               # a module's own names are its own
@@ -331,12 +336,7 @@ def test_private_attributes_of_other_modules_are_found(tmp_path, monkeypatch):
         "friend": "class Copy:\n    def __init__(self):\n        self._mine = 0\n"
                   "def g(x):\n    return x._mine\n",
     }
-    fake = {}
-    for name, text in files.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        fake[f"glassllm.{name}"] = path
-    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+    use_fake_modules(files, tmp_path, monkeypatch)
     assert sorted(n for n, _ in private_attributes("glassllm.user")) == ["_mine", "_tracer", "_walk"]
     assert private_attributes("glassllm.owner") == []
     assert private_attributes("glassllm.friend") == []            # it defines _mine on its own objects too
