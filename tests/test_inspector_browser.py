@@ -44,7 +44,7 @@ pytestmark = pytest.mark.browser
 def _unavailable(reason: str):
     if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
         pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
-    pytest.skip(reason)
+    pytest.skip(f"needs a browser: {reason}")
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,7 @@ NOTEBOOK_CELLS = [
 def _unavailable(reason: str):
     if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
         pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
-    pytest.skip(reason)
+    pytest.skip(f"needs a browser: {reason}")
 
 
 @pytest.mark.browser

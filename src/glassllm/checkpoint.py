@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
-from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, make_folder, read_head, refuse_to_replace,
-                    starts_like_safetensors)
+from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, encode_safetensors, make_folder, read_head,
+                    read_safetensors, refuse_to_replace, starts_like_safetensors)
 from .nn import Transformer, model_dtype
 from .tokenizing import TextTokenizer, tokenizer_from_json
 
@@ -54,8 +54,6 @@ MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (s
 
 def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
     """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
-    from safetensors.numpy import save
-
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     if not isinstance(tokenizer, TextTokenizer):
@@ -75,7 +73,7 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
             raise ValueError(f"metadata key {key!r} is reserved")
         meta[key] = str(value)
     tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
-    atomic_write(path, save(tensors, metadata=meta))
+    atomic_write(path, encode_safetensors(tensors, meta))
 
 
 def read_header(path) -> tuple[dict, dict[str, str]]:
@@ -155,10 +153,9 @@ def load_model(path, dtype=None):
     """Load a model file: returns ``(model, tokenizer, metadata)``.
 
     Every tensor's name, dtype and shape is checked against the stored config
-    before any data is read. ``dtype`` casts the parameters (default: as stored).
+    before any data is read. ``dtype`` casts the parameters (default: as stored). The tensors are read
+    with NumPy alone (:func:`glassllm.files.read_safetensors`).
     """
-    from safetensors import safe_open
-
     if dtype is not None:
         dtype = model_dtype(dtype)
     header, meta = read_header(path)
@@ -191,13 +188,7 @@ def load_model(path, dtype=None):
     _check_tables(config, path, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
-    state = {}
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            for key in expected:
-                state[key] = f.get_tensor(key)
-    except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"{name!r}: cannot read tensors: {e}") from None
+    state = read_safetensors(path, set(expected))
     model = Transformer(config, seed=0, dtype=target)
     try:
         model.load_state_dict(state)

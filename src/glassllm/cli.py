@@ -11,7 +11,9 @@ line on stderr and exit code 2, as argparse does for bad options. An empty
 string where a file or folder is expected is refused before any work (it would
 otherwise mean the current folder). A library error that names a parameter
 (:class:`~glassllm.checks.ParameterError`) names the option that set it instead:
-``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`).
+``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`). A command that needs an optional
+package which is not installed says which extra brings it, in one line, with exit code 2
+(:class:`glassllm.optional.MissingExtra`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def main(argv=None) -> int:
 
     from .checks import ParameterError
     from .commands import option_for
+    from .optional import MissingExtra
 
     if args.command in KEEP_FREED_MEMORY:
         from .heap import keep_freed_memory
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
         text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
         print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError, OverflowError) as e:
+    except (ValueError, TypeError, OSError, OverflowError, MissingExtra) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:

@@ -1,4 +1,4 @@
-"""Files, at the ground floor: atomic writes, folders, and reading safetensors without torch.
+"""Files, at the ground floor: atomic writes, folders, and safetensors read and written with NumPy alone.
 
 Every file glassllm writes goes through :func:`atomic_path` or :func:`atomic_write`:
 the data goes to a temporary file in the same folder, is flushed to disk and
@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = [
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
-    "read_safetensors", "MAX_HEADER_BYTES",
+    "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "read_tagged", "MAX_HEADER_BYTES",
 ]
 
 MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
@@ -165,34 +165,85 @@ def starts_like_safetensors(head: bytes) -> bool:
     return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
 
 
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+              "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+_NP_TO_ST = {np.dtype(t): name for name, t in _ST_DTYPES.items() if name != "BF16"}
+
+
+def encode_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    """The safetensors file that holds ``tensors`` (and the string pairs ``metadata``), as bytes.
+
+    The format's layout: the header's length (8 bytes, little-endian), the JSON header (padded with
+    spaces to a multiple of 8 bytes), then every tensor's bytes, little-endian and C-ordered, with no
+    gaps; larger items first, so that every tensor starts aligned to its item size.
+    """
+    meta = dict(metadata or {})
+    bad = next((k for k, v in meta.items() if not (isinstance(k, str) and isinstance(v, str))), None)
+    if bad is not None:
+        raise TypeError(f"safetensors metadata must map str to str; {bad!r} -> {type(meta[bad]).__name__}")
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    header: dict = {"__metadata__": meta} if meta else {}
+    chunks, offset = [], 0
+    for name in sorted(arrays, key=lambda k: (-arrays[k].dtype.itemsize, k)):
+        a = arrays[name]
+        if a.dtype not in _NP_TO_ST:
+            raise TypeError(f"tensor {name!r} has dtype {a.dtype}; safetensors holds "
+                            f"{', '.join(str(d) for d in _NP_TO_ST)}")
+        raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": _NP_TO_ST[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def read_safetensors_metadata(path) -> dict[str, str]:
+    """The ``__metadata__`` string pairs of a safetensors file (empty if it has none), without its tensors.
+
+    A file that is not safetensors is one ``ValueError`` line naming it.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(header, dict) or not isinstance(meta or {}, dict):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+    return {str(k): str(v) for k, v in (meta or {}).items()}
 
 
 def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """The metadata and tensors of a safetensors file whose metadata says ``format`` ``fmt`` and
     ``version`` ``version`` (glassllm's training states and timelines are such files). Anything
-    else, or a file safetensors cannot read, is one ``ValueError`` line naming the file and ``what``
+    else, or a file that is not safetensors, is one ``ValueError`` line naming the file and ``what``
     it should have been."""
-    from safetensors import safe_open
-
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != fmt or meta.get("version") != version:
-                raise ValueError(f"{str(path)!r} is not {what} "
-                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
-            return meta, {k: f.get_tensor(k) for k in f.keys()}
-    except ValueError:
-        raise
-    except Exception as e:  # safetensors' own error types
-        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
+        meta = read_safetensors_metadata(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise ValueError(f"{str(path)!r} is not {what} (format {meta.get('format')!r} v{meta.get('version')!r})")
+    try:
+        return meta, read_safetensors(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
 
 
 def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
 
     Read with the standard library and NumPy only (no torch, never a pickle): F32 and F64 keep their
-    type, F16 and BF16 are widened to float32 exactly. A malformed header or a tensor whose offsets do
+    type, F16 and BF16 are widened to float32 exactly; integer and BOOL tensors keep their type. A malformed header or a tensor whose offsets do
     not fit the file is one ``ValueError`` line naming the file.
     """
     path = Path(path)
@@ -215,7 +266,7 @@ def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarr
                 continue
             dtype = info.get("dtype") if isinstance(info, dict) else None
             if dtype not in _ST_DTYPES:
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
+                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected one of {', '.join(_ST_DTYPES)}")
             shape = tuple(info["shape"])
             lo, hi = info["data_offsets"]
             item = np.dtype(_ST_DTYPES[dtype]).itemsize

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
+from .optional import require
 
 __all__ = ["read_gguf", "GGUF_NAMES"]
 
@@ -64,7 +65,7 @@ def GGUF_NAMES(n_layers: int) -> dict[str, str]:
 
 
 def _open(path: Path):
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     try:
         with open(path, "rb") as f:
@@ -91,7 +92,7 @@ def _one_line(e: Exception) -> str:
 
 def read_gguf(path):
     """``(config, state, tokenizer)`` of a Llama GGUF file; ``ValueError`` naming what cannot be held."""
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     from .sptokenizer import SPTokenizer
 

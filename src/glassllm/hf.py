@@ -77,7 +77,7 @@ import numpy as np
 
 from .checkpoint import is_model_file, load_model, save_model
 from .config import ModelConfig
-from .files import atomic_write, make_folder, read_safetensors, refuse_to_replace
+from .files import atomic_write, encode_safetensors, make_folder, read_safetensors, refuse_to_replace
 from .nn import Transformer, model_dtype
 from .sptokenizer import SPTokenizer, load_sentencepiece_model
 from .tokenizer import Tokenizer
@@ -557,8 +557,6 @@ def export_hf(model_file, out_dir) -> Path:
     glassllm training run, is refused (the export would replace that file).
     Returns the folder.
     """
-    from safetensors.numpy import save
-
     model, tokenizer, meta = load_model(model_file)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -588,7 +586,7 @@ def export_hf(model_file, out_dir) -> Path:
         tok_config.update(unk_token="<unk>")
     gen_config = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": eos, "do_sample": False}
     dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
-    atomic_write(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    atomic_write(out / "model.safetensors", encode_safetensors(tensors, {"format": "pt"}))
     atomic_write(out / "config.json", dump(hf_config(c, tokenizer, _dtype_name(model))))
     atomic_write(out / "tokenizer.json", dump(tokenizer_to_hf(tokenizer)))
     atomic_write(out / "tokenizer_config.json", dump(tok_config))

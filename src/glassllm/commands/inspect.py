@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 
+from ..optional import require
 from . import load_model_option
 
 __all__ = ["add_cli", "run", "load_inspected", "DEFAULT_PROMPT", "DEFAULT_PORT"]
@@ -102,12 +103,8 @@ def load_inspected(path, run=None):
 
 
 def run(args) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import pydantic  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
+    for module in ("fastapi", "pydantic", "uvicorn"):
+        require(module, "glassllm inspect")
     from ..inspector.auth import check_token_text
     from ..inspector.data import Inspector
     from ..inspector.schema import Limits
@@ -177,7 +174,7 @@ def _serve(inspector, prompt: str, args) -> int:
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
-    from threadpoolctl import threadpool_limits
+    threadpool_limits = require("threadpoolctl", "glassllm inspect").threadpool_limits
 
     from ..inspector.pool import RateLimiter, WorkPool
 

@@ -34,6 +34,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..optional import require
+
 __all__ = ["Access", "new_token", "check_token_text", "own_hosts", "host_of", "is_loopback", "lan_addresses",
            "TOKEN_BYTES"]
 
@@ -79,8 +81,7 @@ def lan_addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses (the ones to hand out), best effort."""
     found = []
     try:
-        import psutil
-
+        psutil = require("psutil", "listing this machine's addresses")
         for addrs in psutil.net_if_addrs().values():
             found += [a.address for a in addrs if a.family == socket.AF_INET]
     except Exception:  # noqa: BLE001 -- psutil missing or refused: fall back to the host name
@@ -107,8 +108,7 @@ def own_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
     if unspecified:
         names.update(lan_addresses())
         try:
-            import psutil
-
+            psutil = require("psutil", "listing this machine's addresses")
             names.update(a.address.split("%")[0].lower() for addrs in psutil.net_if_addrs().values()
                          for a in addrs if a.family == socket.AF_INET6)
         except Exception:  # noqa: BLE001

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from ..optional import require
+
+H11Protocol = require("uvicorn.protocols.http.h11_impl", "the inspector's server").H11Protocol
 
 __all__ = ["guarded_protocol"]
 

@@ -32,15 +32,16 @@ from __future__ import annotations
 import json
 import re
 
-from pydantic import ValidationError
-
 from ..files import atomic_write
+from ..optional import require
 from .data import Inspector
 from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error, request_key,
 )
 from .assets import read_assets
+
+ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["TEMPERATURES", "build_responses", "render_html", "export_html"]
 

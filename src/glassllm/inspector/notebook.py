@@ -27,14 +27,16 @@ import json
 import os
 
 import numpy as np
-from pydantic import ValidationError
 
 from ..checkpoint import atomic_write
 from ..checks import check_int
 from ..nn import causal_mask
+from ..optional import require
 from .data import Inspector
 from .export import build_responses, render_html
 from .schema import Limits, PromptRequest, describe_validation_error
+
+ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["INLINE_NAMES", "InlineView", "show", "show_trace"]
 

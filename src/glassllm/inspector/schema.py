@@ -23,6 +23,9 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from ..optional import require
+
+require("pydantic", "the inspector")
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 __all__ = [

@@ -44,7 +44,10 @@ import logging
 import threading
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, Request
+from ..optional import require
+
+require("fastapi", "the inspector's server")
+from fastapi import FastAPI, Request  # noqa: E402  (the line above names the extra when fastapi is missing)
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -301,7 +304,7 @@ class Server:
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, head_timeout: float = HEAD_TIMEOUT_S,
                  per_client: int = CONNECTIONS_PER_CLIENT):
-        import uvicorn
+        uvicorn = require("uvicorn", "the inspector's server")
 
         from .connections import guarded_protocol
 

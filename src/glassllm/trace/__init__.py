@@ -59,6 +59,8 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 (2, 3, 32)
 """
 
+import types
+
 from . import circuits, names, patching
 from .files import FORMAT, VERSION, validate_manifest
 from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
@@ -66,10 +68,24 @@ from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, Mean
 from .labelled import Labelled
 from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
 from .record import Step, Trace, load_trace
-from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, registry, snapshot_shape,
-                       snapshot_table, write_snapshot_doc)
+from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, registry, snapshot_shape, snapshot_table,
+                       write_snapshot_doc)
+from .registry import names as _registry_names
 from .tokens import to_str_tokens
 from .tracer import IGNORE_INDEX, Tracer, trace
+
+
+
+class _Names(types.ModuleType):
+    """``glassllm.trace.names`` is both documented things: called, the registry's names in forward order
+    (``glassllm.trace.names()``, :func:`glassllm.trace.registry.names`); its attributes, the TransformerLens
+    name map of :mod:`glassllm.trace.names` (``glassllm.trace.names.transformer_lens_name``)."""
+
+    def __call__(self, model_or_config=None) -> list[str]:
+        return _registry_names(model_or_config)
+
+
+names.__class__ = _Names
 
 __all__ = [
     "Tracer", "Trace", "Step", "trace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",

@@ -20,6 +20,9 @@ The differences:
 
 The table in ``docs/snapshots.md`` (:func:`name_map_table`) also names each
 snapshot's Hugging Face counterpart.
+
+Called, the module is the registry's list of names: ``glassllm.trace.names()`` is
+:func:`glassllm.trace.registry.names` (every snapshot name in forward order).
 """
 
 from __future__ import annotations

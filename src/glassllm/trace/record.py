@@ -186,7 +186,7 @@ class Trace:
         Returns a display object that Jupyter renders inline (the inspector's
         offline page in a frame: no server, no network); ``tokenizer`` labels the
         tokens. The same as ``glassllm.inspector.show(trace, tokenizer=tokenizer)``; see
-        :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
+        :mod:`glassllm.inspector.notebook` (needs ``glassllm-numpy[app]``).
         """
         # The trace layer does not import the inspector (which builds on it): the viewer is the one the
         # package registered (glassllm.viewers), glassllm.inspector.show(trace).

@@ -24,6 +24,7 @@ import numpy as np
 from ..checks import ParameterError, check_int
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
+from ..optional import require
 
 __all__ = ["train_step", "GradientThreads", "NonFinite", "find_non_finite", "blas_threads"]
 
@@ -197,5 +198,4 @@ def blas_threads(n):
         return contextlib.nullcontext()
     if n < 1:
         raise ParameterError("threads", f"must be >= 1, got {n}")
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(n)
+    return require("threadpoolctl", "limiting BLAS threads (--threads)").threadpool_limits(n)

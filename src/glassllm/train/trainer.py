@@ -34,6 +34,7 @@ from ..data import WindowSampler, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
 from ..nn import Transformer
 from ..optim import AdamW
+from ..optional import available, install_hint, require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizer import Tokenizer
 from .config import DTYPES, TrainConfig
@@ -68,6 +69,25 @@ def _stop_between_steps():
         for s, handler in old.items():
             # None: a handler installed outside Python, which cannot be put back from here; use the default
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+PROGRESS = "training's progress bar (--no-progress trains without it)"
+
+
+class _NoBar:
+    """What the loop calls on its progress bar, doing nothing: a run without one needs no tqdm."""
+
+    def write(self, *args, **kwargs):
+        pass
+
+    def set_postfix(self, *args, **kwargs):
+        pass
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
 
 
 class Trainer:
@@ -180,16 +200,17 @@ class Trainer:
 
     def run(self, until: int | None = None) -> None:
         """Train up to step ``until`` (default: config.steps), checkpointing as configured."""
-        from tqdm import tqdm
-
         c = self.config
         stop = c.steps if until is None else min(int(until), c.steps)
         if self.step >= stop:
             self.log(f"nothing to do: the run is at step {self.step} of {c.steps}")
             return
         tty = sys.stderr.isatty()
-        bar = tqdm(total=c.steps, initial=self.step, desc="train", unit="step", disable=not self.progress,
-                   mininterval=0.5 if tty else 60.0, dynamic_ncols=tty, ascii=not tty, file=sys.stderr)
+        bar = _NoBar()
+        if self.progress:
+            bar = require("tqdm", PROGRESS).tqdm(total=c.steps, initial=self.step, desc="train", unit="step",
+                                                 mininterval=0.5 if tty else 60.0, dynamic_ncols=tty,
+                                                 ascii=not tty, file=sys.stderr)
         started, first_step = time.perf_counter(), self.step
         threads = GradientThreads(self.model, c.workers) if c.workers > 1 else None
         scope = contextlib.ExitStack()
@@ -327,6 +348,11 @@ class Trainer:
         return meta
 
     def write_curve(self) -> None:
-        """``loss.csv`` (one row per step) and ``loss.png`` (train and held-out loss against step)."""
+        """``loss.csv`` (one row per step) and ``loss.png`` (train and held-out loss against step; drawn
+        when matplotlib is installed, which the core install lacks)."""
         write_loss_csv(self.history, self.out / "loss.csv")
-        write_loss_png(self.history, self.out / "loss.png")
+        if available("matplotlib"):
+            write_loss_png(self.history, self.out / "loss.png")
+        elif not getattr(self, "_said_no_plot", False):
+            self._said_no_plot = True
+            self.log(f"loss.png is not drawn: it needs matplotlib ({install_hint('app')}); loss.csv has the curve")
