@@ -35,6 +35,8 @@ COMMANDS = {
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
     "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
     "import-hf": ("glassllm.commands.import_model", "import a Hugging Face Llama folder as a model file (as import)"),
+    "trace": ("glassllm.commands.trace", "print one snapshot of a forward pass: a labelled matrix, JSON or .npy"),
+    "snapshots": ("glassllm.commands.trace", "list every snapshot name with its shape and equation"),
     "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 

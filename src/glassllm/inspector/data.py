@@ -44,6 +44,7 @@ from .. import kernels
 from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
+from ..trace.explain import explain
 from ..trace.registry import axis_sizes
 from .cache import TraceCache, model_digest, nbytes
 from .schema import (
@@ -178,7 +179,7 @@ class Inspector:
             names.append({
                 "name": local, "axes": list(axes), "in_layer": full.startswith("layers."),
                 "head_axis": head_axis, "heads": heads,
-                "group": _group(local),
+                "group": _group(local), "explain": _explain(local),
             })
         return {
             "model": {**c.to_dict(), "head_dim": c.head_dim, "params": self.model.num_params(),
@@ -562,6 +563,14 @@ def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarra
     count = keep.sum(axis=(1, 3))                                         # (r, c)
     total = grid.sum(axis=(-3, -1))                                       # (..., r, c)
     return np.where(count > 0, total / np.maximum(count, 1), 0), count == 0
+
+
+def _explain(local: str) -> dict:
+    """What the page shows beside a snapshot: its equation (LaTeX and text), the statement of ``nn.py`` that
+    records it with the lines around it (:func:`glassllm.trace.explain.explain`)."""
+    info = explain(local)
+    return {k: info[k] for k in ("equation", "description", "path", "function", "line", "first", "last", "code",
+                                 "context")}
 
 
 def _group(local: str) -> str:

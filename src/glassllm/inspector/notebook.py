@@ -5,15 +5,17 @@ displays as the inspector itself: the self-contained page of
 ``glassllm inspect PROMPT --html FILE`` (:mod:`.export`) inside an
 ``<iframe srcdoc=...>``. It needs no server and no network: the page carries
 its script, its style and the answers its controls ask for, and its
-Content-Security-Policy forbids every request. The frame is sandboxed (scripts
-only), so the page cannot reach the notebook around it.
+Content-Security-Policy forbids every request. The frame is sandboxed (scripts,
+and downloads for its Save buttons), so the page cannot reach the notebook around it.
 
 A notebook keeps its outputs, so the inline page holds fewer views than a
 ``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
 weights, output) and each block's output on the residual stream, values and
 gradients; the next-token distribution; two greedy steps; and no
-interventions (``interventions=True`` adds them). A view that is left out says
-so, and ``glassllm inspect`` shows it.
+interventions (``interventions=True`` adds them). The page lists only the views
+it holds and says how to include the rest; ``glassllm inspect`` shows them all.
+The display also carries a PNG of the first view (:func:`first_view_png`), which
+a notebook shows where the page's script cannot run.
 
 :meth:`Trace.show <glassllm.trace.Trace.show>` shows a trace already
 recorded, with its own numbers (and whatever interventions made them): the
@@ -22,7 +24,9 @@ page's views are the trace's recorded snapshots of its first forward pass.
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import os
 
@@ -32,6 +36,7 @@ from ..checkpoint import atomic_write
 from ..checks import check_int
 from ..nn import causal_mask
 from ..optional import require
+from ..trace import trace as run_trace
 from .data import Inspector
 from .export import build_responses, render_html
 from .schema import Limits, PromptRequest, describe_validation_error
@@ -53,10 +58,10 @@ class InlineView:
     :meth:`save` writes the page as a file that opens in any browser.
     """
 
-    def __init__(self, page: str, title: str, height: int = 860):
+    def __init__(self, page: str, title: str, height: int = 860, png: bytes | None = None):
         if isinstance(height, bool) or not isinstance(height, int) or not 200 <= height <= 4000:
             raise ValueError(f"height must be an int in [200, 4000] (pixels), got {height!r}")
-        self.page, self.title, self.height = page, title, height
+        self.page, self.title, self.height, self.png = page, title, height, png
 
     def __repr__(self) -> str:
         return f"InlineView({self.title!r}, {len(self.page.encode('utf-8')):,} bytes)"
@@ -64,11 +69,16 @@ class InlineView:
     def _repr_html_(self) -> str:
         # srcdoc is an attribute: the page is escaped once, quotes included, and the browser unescapes it.
         return (f'<iframe class="glassllm-inspector" title="{html.escape(self.title, quote=True)}" '
-                f'sandbox="allow-scripts" srcdoc="{html.escape(self.page, quote=True)}" '
+                f'sandbox="allow-scripts allow-downloads" srcdoc="{html.escape(self.page, quote=True)}" '
                 f'style="width: 100%; height: {self.height}px; border: 1px solid #ccc;"></iframe>')
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        # The PNG of the first view is the static fallback: a notebook opened where its HTML may not run
+        # scripts (JupyterLab shows an untrusted notebook's outputs only in their safe types) shows the picture.
+        bundle = {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        if self.png is not None:
+            bundle["image/png"] = base64.b64encode(self.png).decode("ascii")
+        return bundle
 
     def save(self, path) -> None:
         """Write the page to ``path`` (atomically): the same file as ``glassllm inspect --html``."""
@@ -123,7 +133,35 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     inspector.encode(prompt)                               # too long: the inspector's own message
     responses = build_responses(inspector, prompt, steps)
     kept = {k: v for k, v in responses.items() if _keep(k, names, interventions)}
-    return InlineView(render_html(inspector.info(), prompt, kept), f"glassllm inspector: {prompt[:60]}", height)
+    info = inspector.info()
+    # What the page holds, so that it lists only that and says how to include the rest.
+    info["offline"] = {"held": [n for n in inspector.local_names() if n in names], "interventions": interventions,
+                       "more_names": "glassllm.show(prompt, names=None) includes every snapshot",
+                       "more_interventions": "glassllm.show(prompt, interventions=True) includes head ablations, "
+                                             "the mask switch and score temperatures"}
+    png = first_view_png(run_trace(model, inspector.encode(prompt), names=[_first_view(names)]), _first_view(names),
+                         tokenizer)
+    return InlineView(render_html(info, prompt, kept), f"glassllm inspector: {prompt[:60]}", height, png)
+
+
+def _first_view(held) -> str:
+    """The snapshot the page opens on: attention weights when held, else the first held name."""
+    return "attn.softmax" if "attn.softmax" in held else sorted(held)[0]
+
+
+def first_view_png(recorded, local: str, tokenizer=None) -> bytes:
+    """The page's first view (layer 0, head 0 of ``local``) of a trace, drawn by :meth:`Trace.plot` as PNG bytes."""
+    Figure = require("matplotlib.figure", "the notebook view's static picture").Figure   # no pyplot: no backend
+
+    full = local if local in recorded.axes else f"layers.0.{local}"
+    head = 0 if any(a in ("H", "G") for a in recorded.axes[full]) else None
+    ax = Figure(figsize=(6.4, 5.2), dpi=80, constrained_layout=True).add_subplot()
+    recorded.plot(full, head=head, step=0, tokenizer=tokenizer, ax=ax)
+    ax.set_title(f"{full}{'' if head is None else f', head {head}'}  -- a picture: trust or run the notebook for the inspector",
+                 fontsize=9)
+    buf = io.BytesIO()
+    ax.figure.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 class _NoInterventions(Inspector):
@@ -254,4 +292,5 @@ def show_trace(trace, tokenizer=None, *, height: int = 860) -> InlineView:
     kept = {k: v for k, v in responses.items() if "error" not in v or k.startswith("snapshot")}
     kept = {k: v for k, v in kept.items() if _keep(k, set(source.local_names()), False)}
     title = f"glassllm trace: {len(ids)} tokens, {len(source.recorded)} snapshots"
-    return InlineView(render_html(source.info(), text, kept), title, height)
+    png = first_view_png(trace, _first_view(set(source.local_names())), tokenizer)
+    return InlineView(render_html(source.info(), text, kept), title, height, png)

@@ -48,7 +48,8 @@ also holds ``manifest.json`` (names, shapes, axes, tokens, config);
 One concept per module: :mod:`~glassllm.trace.registry` (names, axes, shapes,
 the docs table), :mod:`~glassllm.trace.tracer` (recording),
 :mod:`~glassllm.trace.record` (:class:`Trace`, :class:`Step`, :func:`load_trace`),
-:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (the file format).
+:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (the file format),
+:mod:`~glassllm.trace.explain` (each snapshot's equation and the line of code that records it).
 
 >>> from glassllm.nn import Transformer
 >>> model = Transformer(seed=0)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import atomic_write
+from .explain import DESCRIPTIONS, equation, sites
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
 MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
@@ -184,44 +185,6 @@ def check_layer(layer, n_layers: int) -> int:
 # The documented table (docs/snapshots.md)
 # ----------------------------------------------------------------------------
 
-# What each snapshot is; keys are names with the layer number removed.
-DESCRIPTIONS = {
-    "embed": "token embedding rows: the residual stream entering layer 0",
-    "resid_pre": "residual stream entering the block",
-    "attn_norm.in": "input of the attention RMSNorm (same values as resid_pre; its gradient is the norm's share)",
-    "attn_norm.rms": "root mean square of each position's vector, `sqrt(mean(in**2) + eps)`",
-    "attn_norm.out": "normalised input of attention: `in / rms * weight`",
-    "attn.q": "queries: `attn_norm.out @ wq.T`, split into heads",
-    "attn.k": "keys: `attn_norm.out @ wk.T`, one per key/value head",
-    "attn.v": "values: `attn_norm.out @ wv.T`, one per key/value head",
-    "attn.rope_q": "queries rotated by their absolute positions (RoPE, interleaved pairs)",
-    "attn.rope_k": "keys rotated by their absolute positions",
-    "attn.cache_k": "all m keys the queries read: the cached ones followed by rope_k",
-    "attn.cache_v": "all m values the queries read: the cached ones followed by v",
-    "attn.scores": "`rope_q @ cache_k.T / sqrt(D)`, each K/V head serving its query heads; before the mask",
-    "attn.mask": "True where key j is in query i's future (forbidden)",
-    "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
-    "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
-    "attn.head_out": "each head's share of the output: its slice of `mix` @ its slice of `wo.T`; "
-                     "they sum to `out`",
-    "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
-    "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
-    "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
-    "mlp_norm.rms": "root mean square of each position's vector",
-    "mlp_norm.out": "normalised input of the MLP",
-    "mlp.gate": "gate pre-activation: `mlp_norm.out @ w1.T`",
-    "mlp.up": "up projection: `mlp_norm.out @ w3.T`",
-    "mlp.act": "`silu(gate) = gate * sigmoid(gate)`",
-    "mlp.prod": "`act * up`, the SwiGLU hidden vector",
-    "mlp.out": "down projection: `prod @ w2.T`",
-    "resid_post": "residual stream after the MLP: `resid_mid + mlp.out`",
-    "norm.in": "input of the final RMSNorm (the last block's output)",
-    "norm.rms": "root mean square of each position's vector",
-    "norm.out": "normalised final residual stream",
-    "logits": "next-token scores over the vocabulary",
-    "probs": "softmax of the logits: next-token probabilities",
-}
-
 DOC_BEGIN = "<!-- BEGIN GENERATED: python -m glassllm.trace docs/snapshots.md -->"
 DOC_END = "<!-- END GENERATED -->"
 
@@ -242,10 +205,13 @@ def generic_names(config: ModelConfig | None = None) -> list[tuple[str, tuple[st
 
 
 def snapshot_table(config: ModelConfig | None = None) -> str:
-    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), meaning."""
-    rows = ["| name | axes | shape | what it is |", "|---|---|---|---|"]
+    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), equation,
+    meaning, and the function whose ``self.snap`` call records it (:mod:`glassllm.trace.explain`)."""
+    where = sites()
+    rows = ["| name | axes | shape | equation | what it is | recorded in |", "|---|---|---|---|---|---|"]
     for generic, axes, shape, description in generic_names(config):
-        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(shape)} | {description} |")
+        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(shape)} | {equation(generic)['text']} | "
+                    f"{description} | `{where[generic].function}` |")
     return "\n".join(rows) + "\n"
 
 
