@@ -28,7 +28,8 @@ def _closure(name: str) -> set[str]:
 
 def test_the_learn_extra_brings_jupyter_and_the_inspector_but_no_pytorch():
     learn = _closure("learn")
-    assert {"jupyterlab", "ipykernel", "matplotlib", "nbclient", "fastapi", "uvicorn", "mkdocs-material"} <= learn
+    assert {"jupyterlab", "ipykernel", "anywidget", "matplotlib", "nbclient", "fastapi", "uvicorn",
+            "mkdocs-material"} <= learn
     assert not learn & set(HEAVY), learn & set(HEAVY)
     assert _closure("learn-test") - learn == {"pytest", "sybil"}
 

@@ -68,6 +68,7 @@ def test_a_missing_package_is_one_line_naming_its_extra(monkeypatch):
     assert text.startswith("reading a GGUF file needs the package gguf, which is not installed")
     assert f'pip install "{optional.DISTRIBUTION}[import]"' in text and 'pip install -e ".[import]"' in text
     monkeypatch.setitem(sys.modules, "matplotlib", None)                  # a submodule names its package
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)           # (even after another test imported it)
     with pytest.raises(MissingExtra, match=r"Trace.plot needs the package matplotlib.*\[app\]"):
         require("matplotlib.pyplot", "Trace.plot")
     with pytest.raises(ModuleNotFoundError) as other:                     # not optional: its own error

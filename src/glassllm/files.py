@@ -28,9 +28,12 @@ import numpy as np
 __all__ = [
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
     "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "read_tagged", "MAX_HEADER_BYTES",
+    "safetensors_header", "check_header_entries",
 ]
 
-MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
+from .limits import LIMITS, limit, parse_json
+
+MAX_HEADER_BYTES = limit("header_bytes")  # a safetensors header of a model is a few KB; refuse anything absurd
 
 
 @contextmanager
@@ -204,22 +207,7 @@ def read_safetensors_metadata(path) -> dict[str, str]:
 
     A file that is not safetensors is one ``ValueError`` line naming it.
     """
-    path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(header, dict) or not isinstance(meta or {}, dict):
-        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
-    return {str(k): str(v) for k, v in (meta or {}).items()}
+    return dict(safetensors_header(path)[1])
 
 
 def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
@@ -239,6 +227,65 @@ def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str]
         raise ValueError(f"cannot read {what}: {e}") from None
 
 
+def safetensors_header(path, dtypes=tuple(_ST_DTYPES)) -> tuple[dict, dict, int]:
+    """``(entries, metadata, data_start)`` of the safetensors file ``path``: its header read, bounded
+    (:mod:`glassllm.limits`) and checked entry by entry (:func:`check_header_entries`) before any tensor
+    data is touched. Anything malformed is one ``ValueError`` line naming the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size or n > MAX_HEADER_BYTES:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        raw = f.read(n)
+    try:
+        header = parse_json(raw, "its header", max_bytes=MAX_HEADER_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r} is not a safetensors file: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+    meta = header.pop("__metadata__", None) or {}
+    check_header_entries(header, meta, size - 8 - n, str(path), dtypes)
+    return header, meta, 8 + n
+
+
+def check_header_entries(header: dict, meta, data_len: int, where: str, dtypes) -> None:
+    """Every entry of a safetensors header (name -> ``{"dtype", "shape", "data_offsets"}``) well formed:
+    at most ``LIMITS["tensors"]`` of them, a dtype in ``dtypes``, a shape of at most
+    ``LIMITS["dims"]`` non-negative ints, offsets inside the ``data_len`` bytes of data that span
+    exactly the shape's bytes; the metadata str -> str. One ``ValueError`` line naming ``where``."""
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise ValueError(f"{where!r}: its __metadata__ must map strings to strings")
+    if len(header) > limit("tensors"):
+        raise ValueError(f"{where!r}: its header lists {len(header):,} tensors, over the limit of "
+                         f"{limit('tensors'):,}")
+    claimed = 0
+    for name, info in header.items():
+        shape = info.get("shape") if isinstance(info, dict) else None
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        ok = (isinstance(shape, list) and len(shape) <= limit("dims")
+              and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+              and isinstance(offsets, list) and len(offsets) == 2)
+        if not ok:
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} has a malformed header entry (expected dtype, "
+                             f"a shape of at most {LIMITS['dims'].value} sizes and two data_offsets)")
+        lo, hi = offsets
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} points outside the file (truncated?)")
+        dtype = info.get("dtype")
+        if not (isinstance(dtype, str) and dtype in dtypes):
+            expected = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}" if len(dtypes) > 1 else dtypes[0]
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} has dtype {dtype!r:.40}, expected {expected}")
+        if hi - lo != np.dtype(_ST_DTYPES[dtype]).itemsize * math.prod(shape):
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} claims shape {tuple(shape)} "
+                             f"but holds {hi - lo} bytes")
+        claimed += hi - lo
+    if claimed > data_len:                 # offsets that overlap would make a few bytes read as many tensors
+        raise ValueError(f"{where!r}: its tensors claim {claimed:,} bytes but the file holds {data_len:,} "
+                         "(overlapping data offsets); expected each tensor's own bytes")
+
+
 def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
 
@@ -246,33 +293,15 @@ def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarr
     type, F16 and BF16 are widened to float32 exactly; integer and BOOL tensors keep their type. A malformed header or a tensor whose offsets do
     not fit the file is one ``ValueError`` line naming the file.
     """
-    path = Path(path)
-    size = path.stat().st_size
+    header, _, start = safetensors_header(path)
+    out = {}
     with open(path, "rb") as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
-        header.pop("__metadata__", None)
-        out = {}
         for name, info in header.items():
             if wanted is not None and name not in wanted:
                 continue
-            dtype = info.get("dtype") if isinstance(info, dict) else None
-            if dtype not in _ST_DTYPES:
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected one of {', '.join(_ST_DTYPES)}")
-            shape = tuple(info["shape"])
+            dtype, shape = info["dtype"], tuple(info["shape"])
             lo, hi = info["data_offsets"]
-            item = np.dtype(_ST_DTYPES[dtype]).itemsize
-            if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
-            f.seek(8 + n + lo)
+            f.seek(start + lo)
             raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
             if dtype == "BF16":  # bfloat16 is the top half of a float32
                 arr = (raw.astype(np.uint32) << 16).view(np.float32)

@@ -35,7 +35,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pydantic": ("pydantic", "app"),
     "uvicorn": ("uvicorn", "app"),
     "psutil": ("psutil", "app"),
-    "anywidget": ("anywidget", "learn"),
+    "anywidget": ("anywidget", "notebook"),
     "torch": ("torch", "torch"),
     "transformers": ("transformers", "hf"),
     "tokenizers": ("tokenizers", "hf"),

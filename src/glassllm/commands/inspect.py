@@ -20,6 +20,8 @@ other address it needs an access token (generated, or ``--token``), unless
 
 from __future__ import annotations
 
+from ..limits import check_count
+
 import os
 import sys
 import threading
@@ -124,8 +126,10 @@ def run(args) -> int:
                              "--html writes a file and serves nothing")
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    check_count("--workers", args.workers, "threads")
     if args.queue < 0:
         raise ValueError(f"--queue must be >= 0, got {args.queue}")
+    check_count("--queue", args.queue, "threads")
     if not (args.rate_limit > 0 and args.rate_limit != float("inf")):
         raise ValueError(f"--rate-limit must be a number of requests per second > 0, got {args.rate_limit}")
     if args.rate_burst < 1:

@@ -55,7 +55,7 @@ from starlette.requests import ClientDisconnect
 
 from ..heap import release_freed_memory, resident_bytes
 from .assets import ASSETS, read_assets
-from .auth import Access, is_loopback, own_hosts
+from .auth import Access, is_loopback, own_hosts, same_origin_path
 from .data import Inspector
 from .pool import Busy, Limited, RateLimiter, WorkPool
 from .schema import (
@@ -157,6 +157,8 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
             except Limited as e:
                 return _secured(JSONResponse({"error": str(e)}, status_code=429,
                                              headers={"Retry-After": str(e.retry_after)}))
+        if len(headers.getlist("host")) > 1:
+            return _secured(_error(400, "a request must have one Host header"))
         if not access.host_ok(headers.get("host")):
             shown = headers.get("host", "")[:60]
             return _secured(_error(403, f"host {shown!r} is not this server's name; open the inspector at the "
@@ -169,7 +171,8 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
             if given is not None and request.method == "GET" and not api and access.token_ok(given):
                 # The first visit: a cookie, and the same page without the token in its address.
                 rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-                response = RedirectResponse(request.url.path + ("?" + rest if rest else ""), status_code=303)
+                where = same_origin_path(request.scope.get("path", "/"), request.scope.get("raw_path"))
+                response = RedirectResponse(where + ("?" + rest if rest else ""), status_code=303)
                 response.set_cookie(access.cookie_name, access.cookie_value, httponly=True, samesite="strict",
                                     path="/")
                 return _secured(response)

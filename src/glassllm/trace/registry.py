@@ -21,10 +21,12 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import atomic_write
+from ..limits import limit
 from .explain import DESCRIPTIONS, equation, sites
+from .names import match_transformer_lens, transformer_lens_name
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
-MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
+MAX_LAYERS = limit("layers")   # a config (or trace file) with more layers than this is refused (glassllm.limits)
 
 
 def registry(model_or_config=None) -> dict[str, tuple[str, ...]]:
@@ -96,12 +98,16 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
 
     A pattern is a full name (``layers.2.attn.softmax``), a glob
     (``layers.2.attn.*``) or a layer-local name/glob (``attn.softmax``: every
-    layer, or only ``layer`` when given).
+    layer, or only ``layer`` when given). A TransformerLens hook name stands for
+    the snapshot holding its numbers (``blocks.2.attn.hook_pattern``,
+    ``attn.hook_pattern``, the short ``pattern``; see
+    :func:`glassllm.trace.names.match_transformer_lens`) where no glassllm name matches.
     """
     if not isinstance(pattern, str):
         raise TypeError(f"a snapshot name must be a str, got {type(pattern).__name__}")
     if layer is None and pattern in axes:
         return [pattern]
+    given = pattern
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
         layer = check_layer(layer, n_layers)
@@ -112,6 +118,8 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
     found = [k for k in axes if fnmatch.fnmatchcase(k, pattern)]
     if not found and not pattern.startswith("layers."):
         found = [k for k in axes if fnmatch.fnmatchcase(k, "layers.*." + pattern)]
+    if not found and not given.startswith("layers."):
+        found = match_transformer_lens(given, axes, layer)          # a TransformerLens hook name, as an alias
     if not found:
         bad = re.match(r"layers\.(\d+)\.", pattern)
         if bad and int(bad.group(1)) >= n_layers:
@@ -123,16 +131,35 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
 
 def resolve_all(patterns, axes: dict) -> list[str]:
     """Registry names matched by any of ``patterns`` (a str or a list of them, as for
-    :func:`resolve`), each once, in forward order."""
+    :func:`resolve`), each once, in forward order.
+
+    ``patterns`` may also be a function of a name returning True or False (TransformerLens'
+    ``names_filter``): it is asked about every snapshot by its glassllm name and, where it has one,
+    by its TransformerLens hook name, and the snapshot is chosen when either answer is True.
+    """
     if isinstance(patterns, str):
         patterns = [patterns]
+    if callable(patterns):
+        return [k for k in axes if _chosen(patterns, k)]
     if isinstance(patterns, (bytes, dict)) or not isinstance(patterns, (list, tuple, set, frozenset)):
-        raise TypeError(f"names must be a str or a list of str, got {type(patterns).__name__}")
+        raise TypeError(f"names must be a str, a list of str or a function of a name, got {type(patterns).__name__}")
     patterns = list(patterns)
     chosen = set()
     for p in patterns:
         chosen.update(resolve(p, axes))
     return [k for k in axes if k in chosen]
+
+
+def _chosen(accept, name: str) -> bool:
+    """Does the filter ``accept`` take snapshot ``name`` (by its own name or its TransformerLens hook's)?"""
+    hook = transformer_lens_name(name)
+    for key in (name, hook) if hook is not None else (name,):
+        answer = accept(key)
+        if not isinstance(answer, (bool, np.bool_)):
+            raise TypeError(f"a names filter must return True or False, got {answer!r} for {key!r}")
+        if answer:
+            return True
+    return False
 
 
 def head_axis(axes: tuple) -> int | None:

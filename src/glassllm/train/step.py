@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import ParameterError, check_int
+from ..limits import over_limit
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
 from ..optional import require
@@ -198,4 +199,6 @@ def blas_threads(n):
         return contextlib.nullcontext()
     if n < 1:
         raise ParameterError("threads", f"must be >= 1, got {n}")
+    if over_limit(n, "threads"):
+        raise ParameterError("threads", over_limit(n, "threads"))
     return require("threadpoolctl", "limiting BLAS threads (--threads)").threadpool_limits(n)

@@ -32,6 +32,7 @@ from ..checkpoint import save_model
 from ..config import ModelConfig
 from ..data import WindowSampler, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
+from ..limits import expect, parse_json
 from ..nn import Transformer
 from ..optim import AdamW
 from ..optional import available, install_hint, require
@@ -160,11 +161,19 @@ class Trainer:
     def resume(cls, out_dir, cache_dir=None, progress: bool = True) -> "Trainer":
         """Rebuild the run saved in ``out_dir/train_state.safetensors`` exactly as it was saved."""
         meta, tensors = read_state(out_dir)
-        config = TrainConfig.from_dict(json.loads(meta["train_config"]))
-        model_config = ModelConfig.from_json(meta["model_config"])
-        data = json.loads(meta["data"])
+        where = str(Path(out_dir) / "train_state.safetensors")
+        record = lambda key, kind: _record(meta, key, kind, where)  # noqa: E731
+        try:
+            config = TrainConfig.from_dict(record("train_config", dict))
+            model_config = ModelConfig.from_json(record("model_config", str))
+        except ValueError as e:
+            raise ValueError(e if str(e).startswith("cannot resume") else f"cannot resume: {where}: {e}") from None
+        data = record("data", dict)
         for kind in ("train", "valid"):
-            for file, digest in data[kind]:
+            pairs = expect(data.get(kind), list, f"cannot resume: {where}: record 'data'[{kind!r}]")
+            if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+                raise ValueError(f"cannot resume: {where}: record 'data'[{kind!r}] must list [file, SHA-256] pairs")
+            for file, digest in pairs:
                 if not Path(file).is_file():
                     raise ValueError(f"cannot resume: {kind} file {file!r} is gone")
         files = [Path(f) for f, _ in data["train"]], [Path(f) for f, _ in data["valid"]]
@@ -176,17 +185,23 @@ class Trainer:
                                      f"(SHA-256 {digest[:12]}..., was {then[:12]}...)")
         self = cls.__new__(cls)
         self._build(config, model_config, Path(out_dir), cache_dir, progress, files, hashes,
-                    Tokenizer.from_json(meta["tokenizer"]), meta.get("command", ""), 0, np.random.default_rng(0))
-        self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
-        self.optimizer.load_state_dict({
-            "t": int(meta["optimizer_t"]),
-            "m": {k[len("adam_m/"):]: v for k, v in tensors.items() if k.startswith("adam_m/")},
-            "v": {k[len("adam_v/"):]: v for k, v in tensors.items() if k.startswith("adam_v/")},
-        })
-        self.sampler.set_state(json.loads(meta["sampler"]))
-        self.step = int(meta["step"])
-        self.elapsed = float(meta["elapsed_s"])
-        self.history = json.loads(meta["history"])
+                    Tokenizer.from_json(record("tokenizer", str)), meta.get("command", ""), 0,
+                    np.random.default_rng(0))
+        try:
+            self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
+            self.optimizer.load_state_dict({
+                "t": record("optimizer_t", int),
+                "m": {k[len("adam_m/"):]: v for k, v in tensors.items() if k.startswith("adam_m/")},
+                "v": {k[len("adam_v/"):]: v for k, v in tensors.items() if k.startswith("adam_v/")},
+            })
+            self.sampler.set_state(record("sampler", dict))
+        except ValueError as e:
+            raise ValueError(f"cannot resume: {where}: {e}") from None
+        self.step = record("step", int)
+        self.elapsed = float(record("elapsed_s", (int, float)))
+        self.history = record("history", list)
+        if not all(isinstance(row, dict) for row in self.history):
+            raise ValueError(f"cannot resume: {where}: record 'history' must be a list of objects")
         if config.timeline_points:
             saved = self.out / "timeline.safetensors"
             self.timeline = (load_timeline(saved) if saved.is_file() else
@@ -356,3 +371,13 @@ class Trainer:
         elif not getattr(self, "_said_no_plot", False):
             self._said_no_plot = True
             self.log(f"loss.png is not drawn: it needs matplotlib ({install_hint('app')}); loss.csv has the curve")
+
+
+def _record(meta: dict[str, str], key: str, kind, where: str):
+    """The training state's record ``key``: JSON (:func:`glassllm.limits.parse_json`) of type ``kind``
+    (``str``: the text itself); a missing or damaged record is one ``ValueError`` line."""
+    what = f"cannot resume: {where}: record {key!r}"
+    if key not in meta:
+        raise ValueError(f"{what} is missing; the file is damaged (start a run without --resume)")
+    value = meta[key] if kind is str else parse_json(meta[key], what)
+    return expect(value, kind, what)

@@ -31,6 +31,26 @@
   const cache = new Map();           // request key -> response (least recently used first)
   const CACHE_LIMIT = 96;
 
+  // In a notebook widget (glassllm.show(..., live=True)) the page sits in a frame and the kernel answers:
+  // each request goes to the frame's parent as a message, and its answer comes back the same way.
+  function kernelSource() {
+    let last = 0;
+    const waiting = new Map();
+    window.addEventListener("message", (ev) => {
+      const m = ev.data;
+      if (ev.source !== window.parent || !m || m.glass !== "answer" || !waiting.has(m.id)) return;
+      const {resolve, reject} = waiting.get(m.id);
+      waiting.delete(m.id);
+      if (m.error) reject(new Error(m.error)); else resolve(m.answer);
+    });
+    const call = (kind, body) => new Promise((resolve, reject) => {
+      const id = ++last;
+      waiting.set(id, {resolve, reject});
+      window.parent.postMessage({glass: "ask", id, kind, body: body || null}, "*");
+    });
+    return {mode: "server", kernel: true, info: () => call("info", null), get: call};
+  }
+
   const source = embedded ? {
     mode: "export",
     async info() { return embedded.info; },
@@ -49,7 +69,7 @@
       if (r.error) throw new Error(r.error);
       return r;
     },
-  } : {
+  } : document.getElementById("glass-kernel") ? kernelSource() : {
     mode: "server",
     async info() { return fetchJSON("GET", "api/info"); },
     async get(kind, body) { return fetchJSON("POST", "api/" + kind, body); },
@@ -234,14 +254,15 @@
   // The header's second line: where the numbers come from, and which path (kernel or reference) the layers took.
   function drawModeLine(paths) {
     $("mode-line").textContent = (state.mode === "export" ? "offline export: one prompt, precomputed"
-      : "live: local server") + (paths ? ` · ${paths}` : "");
+      : source.kernel ? "live: this notebook's kernel" : "live: local server") + (paths ? ` · ${paths}` : "");
   }
 
   const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
   function buildControls() {
-    const c = info.model;
-    $("model-line").textContent =
+    const c = info.model, given = info.source;   // given: attention weights passed in as arrays, no model
+    $("model-line").textContent = given ? `attention weights given as arrays: ${plural(given.layers, "layer")} · ` +
+      `${plural(given.heads, "head")} · ${plural(given.tokens, "token")}` :
       `${plural(c.n_layers, "layer")} · width C = ${c.dim} · ${plural(c.n_heads, "query head")} sharing ` +
       `${plural(c.n_kv_heads, "key/value head")} ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
