@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 from glassllm.config import ModelConfig
 from glassllm.optional import EXTRAS
 
@@ -110,6 +109,8 @@ def need(module: str):
     The project's ``pytest.importorskip``: call it inside the test (or a fixture), never at module level,
     so that a test skips only for what it needs itself.
     """
+    import pytest                                      # (the benchmarks import this module without pytest)
+
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
