@@ -262,6 +262,20 @@ def test_causal_mask_hand_examples():
             assert not causal_mask(n, start + n, start).all(axis=1).any()
 
 
+def test_causal_mask_with_padding_and_the_padded_positions():
+    from glassllm.positions import positions
+
+    pad = np.array([0, 2, 5])
+    for n, start in [(4, 0), (2, 3), (1, 6)]:
+        m = start + n
+        mask = causal_mask(n, m, start, pad)
+        expected = np.array([[[j > start + i or j < p for j in range(m)] for i in range(n)] for p in pad])
+        np.testing.assert_array_equal(mask, expected)
+        np.testing.assert_array_equal(positions(start, m, pad),
+                                      [[max(start + i - p, 0) for i in range(n)] for p in pad])
+    np.testing.assert_array_equal(positions(3, 5), [3, 4])
+
+
 @pytest.mark.parametrize("args", [(-1, 3, 0), (2, -3, 0), (2, 3, -1), (2.0, 3, 0), (True, 3, 0), (2, "3", 0)])
 def test_causal_mask_rejects_bad_arguments(args):
     with pytest.raises(ValueError, match=r"causal_mask: \w+ must be an int >= 0, got") as info:

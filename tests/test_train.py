@@ -121,7 +121,7 @@ def test_gradient_threads_give_the_gradient_of_the_whole_batch(n):
         for name, p in model.named_parameters():
             p.data = new[name].copy()                                    # fresh arrays: the copies must follow
     threads.close()
-    with pytest.raises(ValueError, match="workers must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         GradientThreads(model, 0)
 
 

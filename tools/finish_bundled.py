@@ -272,7 +272,8 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repe
         "(a sequence-length warm-up, the same tokens per step), and",
         f"that a share of the windows ({short_share} during the warm-up, {config['repeat_fraction']} after it) are one "
         f"span of {config['repeat_tokens']} tokens repeated until the window is full.",
-        "Both are there to grow induction heads (docs/lessons/10-training.md and 11-reading-heads.md).",
+        "Both are there to grow induction heads (docs/lessons/10-training.md and 11-reading-heads.md; the runs",
+        "that led to this recipe are in docs/training-log.md).",
         "",
         "Copying, measured by `python tools/induction_scores.py` (8 random 40-token sequences, each followed by",
         f"itself): loss {induction['first']:.2f} nats/token on the first copy, {induction['second']:.2f} on the second;",

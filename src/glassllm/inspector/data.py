@@ -39,6 +39,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import kernels
 from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
@@ -384,6 +385,7 @@ class Inspector:
         run = self._run_for(ids, req.step, None, None, False)
         out = {"step": req.step, "position": len(run.ids) - 1, "m": len(run.ids), "start": run.start,
                "tokens": [self._vocab[i] for i in run.ids], "ids": run.ids,
+               "paths": kernels.summary(run.trace.steps[run.step].paths),
                **self._distribution(run.logits, req)}
         if req.step:
             out["fed"] = {"id": run.ids[-1], "piece": self._vocab[run.ids[-1]]}

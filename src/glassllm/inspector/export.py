@@ -39,7 +39,7 @@ from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error, request_key,
 )
-from .server import read_assets
+from .assets import read_assets
 
 ValidationError = require("pydantic", "the inspector").ValidationError
 

@@ -170,8 +170,7 @@ def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0)
     lens = logit_lens(model, tokens, interventions=interventions, tokenizer=tokenizer, batch=batch)
     logits = np.asarray(lens, dtype=np.float64)                         # (L+1, n, V)
     top = logits.argmax(axis=-1)                                        # (L+1, n)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    prob = 1.0 / np.exp(shifted).sum(axis=-1)                           # (L+1, n): p of the top token
+    prob = np.exp(logits.max(axis=-1) - ag.logsumexp_np(logits, axis=-1))  # (L+1, n): p of the top token
     dims, labels = ("stream", "position"), lens.labels[:2]
     return (Labelled(top, dims, labels, "logit lens: top token"),
             Labelled(prob, dims, labels, "logit lens: its probability"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autograd import no_grad
+from ..autograd import logsumexp_np, no_grad
 from ..checks import ParameterError
 from ..nn import Transformer
 
@@ -98,8 +98,7 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
 def _nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> float:
     """Summed negative log-likelihood of targets ``y`` (B, T), in float64."""
     z = model(x).data.astype(np.float64)                                # (B, T, V)
-    peak = z.max(axis=-1, keepdims=True)
-    lse = np.log(np.exp(z - peak).sum(axis=-1)) + peak[..., 0]           # (B, T)
+    lse = logsumexp_np(z, axis=-1)                                      # (B, T)
     picked = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]        # (B, T)
     return float((lse - picked).sum())
 
