@@ -176,10 +176,23 @@ def doc_start_id(tokenizer) -> int | None:
     return tokenizer.special_tokens.get(EOT)
 
 
-def doc_starts(ids, start_id: int) -> np.ndarray:
-    """Positions of ``start_id`` in a (memory-mapped) token array, in order, counted in chunks."""
+def doc_starts(ids, start_id: int, tokenizer=None) -> np.ndarray:
+    """Where documents start in a (memory-mapped) token array, in order: the positions of ``start_id``.
+
+    With a ``tokenizer`` that puts nothing before a prompt (glassllm's: ``bos_id`` None), also
+    the position of each story's first token, after the ``<|endoftext|>`` and the newline that
+    follows it in a story file: a prompt is read from there.
+    """
     found = [np.flatnonzero(np.asarray(ids[k:k + (1 << 22)]) == start_id) + k for k in range(0, len(ids), 1 << 22)]
-    return np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    if tokenizer is None or getattr(tokenizer, "bos_id", None) is not None:
+        return starts
+    newline = tokenizer.encode("\n")
+    first = starts + 1
+    first = first[first < len(ids)]
+    if len(newline) == 1:                                    # "<|endoftext|>" "\n" story: skip the newline
+        first = first + (np.asarray(ids[first]) == newline[0])
+    return np.unique(np.concatenate([starts, first[first < len(ids)]]))
 
 
 REPEAT_TOKENS = ("text", "random")  # what a repeated window's span is made of (see WindowSampler)

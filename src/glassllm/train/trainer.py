@@ -141,11 +141,7 @@ class Trainer:
             if start_id is None:
                 raise ValueError("doc_start_fraction > 0 needs a tokenizer with a document-start token "
                                  "(<|endoftext|> or <s>); this one has neither")
-            starts = doc_starts(self.train_ids, start_id)
-            if getattr(tokenizer, "bos_id", None) is None:
-                # A glassllm prompt has nothing before it: a story is also read from its first token.
-                after = starts + 1
-                starts = np.unique(np.concatenate([starts, after[after < len(self.train_ids)]]))
+            starts = doc_starts(self.train_ids, start_id, tokenizer)
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, data_rng,
                                      config.repeat_fraction, config.repeat_tokens, starts, config.doc_start_fraction)
         self.step = 0
