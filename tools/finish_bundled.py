@@ -140,6 +140,7 @@ def main(argv=None) -> int:
         "valid_bytes": str(valid.bytes),
         "probe_sha256": hashlib.sha256(PROBE_TEXT.encode("utf-8")).hexdigest(),
         "probe_loss": repr(probe.loss), "probe_bits_per_byte": repr(probe.bits_per_byte),
+        "probe_bytes": str(probe.bytes),
         "samples": json.dumps({"sampling": SAMPLING, "samples": samples}),
         "repetition": json.dumps(repeats),
         "packaged": datetime.now(timezone.utc).isoformat(timespec="seconds"),
