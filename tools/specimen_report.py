@@ -35,7 +35,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from finish_bundled import PROMPTS, SEEDS, repetition  # noqa: E402
 from induction_scores import induction_report  # noqa: E402
 
-VALID = ROOT.parent / "shared" / "data" / "tinystories" / "valid.txt"
+# ../shared/data beside the repository (a git worktree may sit one folder deeper).
+VALID = next((p / "shared" / "data" / "tinystories" / "valid.txt" for p in (ROOT.parent, ROOT.parent.parent)
+              if (p / "shared" / "data" / "tinystories" / "valid.txt").is_file()),
+             ROOT.parent / "shared" / "data" / "tinystories" / "valid.txt")
 NEW_TOKENS = 150            # the card's sample length
 EARLY = 60                  # a story that ends within this many new tokens ended early
 SAMPLING = {"temperature": 0.8, "top_k": 40}
