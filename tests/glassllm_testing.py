@@ -32,6 +32,19 @@ TINY = ModelConfig(vocab_size=53, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, f
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def story_text(stories) -> str:
+    """Stories in the shared story files' layout: each followed by a line ``<|endoftext|>``."""
+    return "".join(s + "\n<|endoftext|>\n" for s in stories)
+
+
+def story_files(folder, train: str, valid: str, names=("train.txt", "valid.txt")) -> tuple[Path, Path]:
+    """A training and a held-out story file written in ``folder``: their paths."""
+    paths = Path(folder) / names[0], Path(folder) / names[1]
+    for path, text in zip(paths, (train, valid)):
+        path.write_text(text, encoding="utf-8")
+    return paths
+
+
 def randomize(model, rng: np.random.Generator):
     """Give ``model`` weights of a trained-like scale, drawn from ``rng``; returns the model.
 

@@ -12,6 +12,7 @@ import pytest
 from glassllm.autograd import no_grad
 from glassllm.checkpoint import load_bundled, load_model
 from glassllm.cli import main
+from glassllm_testing import story_text
 
 STORIES = ["Once upon a time, Tom had a red ball.\nHe gave it to Lily. \u201cThank you!\u201d she said.",
            "Mia saw a caf\u00e9 by the sea. She was happy \u2013 very happy.",
@@ -20,7 +21,7 @@ STORIES = ["Once upon a time, Tom had a red ball.\nHe gave it to Lily. \u201cTha
 
 def story_file(tmp_path, stories=STORIES):
     path = tmp_path / "stories.txt"
-    path.write_text("".join(s + "\n<|endoftext|>\n" for s in stories), encoding="utf-8")
+    path.write_text(story_text(stories), encoding="utf-8")
     return path
 
 

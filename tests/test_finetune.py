@@ -12,28 +12,26 @@ import numpy as np
 import pytest
 
 from glassllm import checkpoint
+from glassllm_testing import story_files, story_text
 from glassllm.cli import main
 from glassllm.timeline import load_timeline
 from glassllm.train import RECIPES, evaluate_text
 
 
+ROBOTS, PARTS = ["Zork", "Bleep", "Quix", "Vexa"], ["gear", "bolt", "wire", "lamp", "spring"]
+
+
 def robot_stories(n: int, seed: int) -> str:
     """A corpus in the story-file layout whose stories are unlike TinyStories' (so fine-tuning has something to learn)."""
     rng = np.random.default_rng(seed)
-    robots, parts = ["Zork", "Bleep", "Quix", "Vexa"], ["gear", "bolt", "wire", "lamp", "spring"]
-    out = []
-    for _ in range(n):
-        a, p, q = rng.choice(robots), rng.choice(parts), rng.choice(parts)
-        out.append(f"Robot {a} found a {p} on planet Krell.\n{a} fixed the {q} with the {p}. Beep boop, said {a}.")
-    return "".join(s + "\n<|endoftext|>\n" for s in out)
+    picks = zip(rng.choice(ROBOTS, n), rng.choice(PARTS, n), rng.choice(PARTS, n))
+    return story_text(f"Robot {a} found a {p} on planet Krell.\n{a} fixed the {q} with the {p}. Beep boop, said {a}."
+                      for a, p, q in picks)
 
 
 @pytest.fixture
 def corpus(tmp_path):
-    train, valid = tmp_path / "robots.txt", tmp_path / "robots-valid.txt"
-    train.write_text(robot_stories(120, 0), encoding="utf-8")
-    valid.write_text(robot_stories(12, 1), encoding="utf-8")
-    return train, valid
+    return story_files(tmp_path, robot_stories(120, 0), robot_stories(12, 1), ("robots.txt", "robots-valid.txt"))
 
 
 def gguf_model(tmp_path, ctx=512):

@@ -30,6 +30,7 @@ from glassllm.data import WindowSampler
 from glassllm.optim import AdamW
 from glassllm.train import RECIPES, GradientThreads, TrainConfig, Trainer, evaluate, evaluate_text, train_step
 from glassllm.tokenizer import Tokenizer
+from glassllm_testing import story_files
 
 TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 
@@ -50,10 +51,7 @@ def make_stories(n: int, seed: int) -> str:
 
 @pytest.fixture
 def texts(tmp_path):
-    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
-    train.write_text(make_stories(200, 0), encoding="utf-8")
-    valid.write_text(make_stories(20, 1), encoding="utf-8")
-    return train, valid
+    return story_files(tmp_path, make_stories(200, 0), make_stories(20, 1))
 
 
 # ----------------------------------------------------------------------------
