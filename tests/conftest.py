@@ -3,6 +3,10 @@
 Fixtures that return *factories* (``make_model``) keep each test's inputs
 explicit. Nothing here needs ``../shared``: tests make their own small data,
 and ``shared_data`` skips a test when the shared corpus is absent.
+
+The skip policy (:func:`glassllm_testing.need`): in CI a test that would skip for a
+missing package fails instead, naming it; the two report hooks below apply that to
+every ``pytest.importorskip`` too, at collection and while a test runs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,17 @@ import numpy as np
 import pytest
 
 from glassllm.config import ModelConfig
-from glassllm_testing import CONFIGS, SHARED_DATA, TINY, TeachingTracer, randomize  # noqa: F401
+from glassllm_testing import CONFIGS, SHARED_DATA, TINY, TeachingTracer, randomize, strict_report  # noqa: F401
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    return strict_report((yield))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    return strict_report((yield))
 
 
 @pytest.fixture
@@ -41,5 +55,5 @@ def teaching_tracer():
 def shared_data() -> Path:
     """The shared TinyStories folder (``../shared/data``); skips the test when it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder {SHARED_DATA} is absent")
+        pytest.skip(f"needs ../shared: the shared data folder {SHARED_DATA} is absent")
     return SHARED_DATA

@@ -1,5 +1,6 @@
 """Helpers shared by the tests and benchmarks: model configs of several shapes,
-seeded trained-scale weights, and a teaching-path tracer.
+seeded trained-scale weights, a teaching-path tracer, and the skip policy for
+optional packages (:func:`need`).
 
 This is an ordinary module (``from glassllm_testing import ...``) rather than
 ``conftest.py``, whose module name pytest shares with other conftest files
@@ -8,10 +9,15 @@ This is an ordinary module (``from glassllm_testing import ...``) rather than
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from glassllm.config import ModelConfig
+from glassllm.optional import EXTRAS
 
 # Model shapes the comparisons run over. "default" is the bundled model's shape;
 # the others change every width, the head count and the grouping (GQA with 3
@@ -29,7 +35,102 @@ CONFIGS = {
 # A small config for tests that need a model but not a particular shape.
 TINY = ModelConfig(vocab_size=53, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=24)
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+# -- the skip policy ------------------------------------------------------------------------------
+# A test that needs an optional package skips without it on a developer's machine. In CI (CI=true, or
+# GLASSLLM_STRICT=1, which .ci/run sets) such a skip is a failure naming the package: CI installs
+# .[dev] into a fresh environment, so a missing package there is a missing declaration. Skips for
+# other reasons (../shared absent, no browser, no GPU) stay skips, and say so in their reason.
+STRICT_ENV = "GLASSLLM_STRICT"
+IMPORT_SKIP = re.compile(r"could not import '(?P<module>[\w.]+)'(?:: No module named '(?P<missing>[\w.]+)')?")
+
+
+def strict() -> bool:
+    """Is a skip for a missing package a failure here? ``GLASSLLM_STRICT=1``/``0`` decides; unset, ``CI=true``."""
+    value = os.environ.get(STRICT_ENV)
+    if value is not None:
+        return value.strip() == "1"
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def _requirement_name(req: str) -> str:
+    return re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].strip().lower().replace("_", "-")
+
+
+def extra_requirements(extra: str) -> set[str] | None:
+    """The distributions ``.[extra]`` brings, following the extras it names (``glassllm-numpy[app]``), with
+    the core dependencies; names normalised (``transformer-lens``). None without ``tomllib`` (Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        return None
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras, own = project.get("optional-dependencies", {}), project["name"]
+
+    def closure(name: str) -> set[str]:
+        out = set()
+        for req in extras[name]:
+            inner = re.fullmatch(rf"{re.escape(own)}\[([\w,-]+)\]", req.strip())
+            if inner:
+                for sub in inner.group(1).split(","):
+                    out |= closure(sub)
+            else:
+                out.add(_requirement_name(req))
+        return out
+    return closure(extra) | {_requirement_name(r) for r in project.get("dependencies", [])}
+
+
+def dev_packages() -> set[str] | None:
+    """The distributions ``.[dev]`` brings (see :func:`extra_requirements`)."""
+    return extra_requirements("dev")
+
+
+def package_of(module: str) -> str:
+    """The distribution that provides the top-level module of ``module`` (``transformer_lens`` -> ``transformer-lens``)."""
+    top = module.split(".")[0]
+    return EXTRAS[top][0] if top in EXTRAS else top.replace("_", "-")
+
+
+def missing_message(module: str) -> str:
+    """Why a test cannot run without ``module``, naming the package and what to do about it."""
+    package = package_of(module)
+    dev = dev_packages()
+    if dev is not None and package.lower() not in dev:
+        return (f"{package} is not installed, and .[dev] does not declare it: the tests need it, so add it to "
+                f"[dev] in pyproject.toml")
+    return f'{package} is not installed: the tests need it, and .[dev] brings it (pip install -e ".[dev]")'
+
+
+def need(module: str):
+    """Import and return ``module`` for a test, or skip the test (a failure under :func:`strict`).
+
+    The project's ``pytest.importorskip``: call it inside the test (or a fixture), never at module level,
+    so that a test skips only for what it needs itself.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = e.name or module
+    if strict():
+        pytest.fail(missing_message(missing), pytrace=False)
+    pytest.skip(missing_message(missing))
+
+
+def strict_report(report):
+    """Under :func:`strict`, turn a skip that ``pytest.importorskip`` made into a failure naming the package.
+
+    Used by tests/conftest.py's report hooks, for any import skip that did not come through :func:`need`.
+    """
+    if not (report.skipped and strict() and isinstance(report.longrepr, tuple)):
+        return report
+    found = IMPORT_SKIP.search(str(report.longrepr[2]))
+    if found:
+        report.outcome = "failed"
+        report.longrepr = missing_message(found.group("missing") or found.group("module"))
+    return report
 
 
 def story_text(stories) -> str:

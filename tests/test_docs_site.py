@@ -59,3 +59,13 @@ def test_site_includes_the_inspector_export(site):
         html = export.read_text(encoding="utf-8")
         assert "has no inspector export" not in html
         assert "Once upon a time" in html                     # the exported prompt
+
+
+def test_every_lesson_says_at_its_top_that_its_blocks_run_in_order_in_one_namespace():
+    """A learner who starts from a block in the middle meets names defined above it: each lesson says so before
+    its first code block."""
+    lessons = sorted((Path(__file__).resolve().parents[1] / "docs" / "lessons").glob("[0-9][0-9]-*.md"))
+    assert len(lessons) >= 12
+    for path in lessons:
+        before = path.read_text(encoding="utf-8").split("```python", 1)[0]
+        assert "run one after another in one\n> namespace" in before, path.name

@@ -180,11 +180,16 @@ def test_the_untouched_stub_is_not_written_yet(name, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"{name}: wrong: {name} is not written yet: it raises NotImplementedError"
 
 
-def test_a_file_that_fails_to_run_is_a_wrong_answer(tmp_path, capsys):
+def test_a_file_with_a_syntax_error_could_not_be_checked(tmp_path, capsys):
     bad = tmp_path / "a.py"
     bad.write_text("import numpy as np\n\ndef softmax(x)\n    return x\n", encoding="utf-8")
-    assert main(["check", "softmax", str(bad)]) == 1
-    assert "a.py line 3: SyntaxError" in capsys.readouterr().out
+    assert main(["check", "softmax", str(bad)]) == 2                 # the check could not run: not "wrong"
+    out, err = capsys.readouterr()
+    assert out == "" and "a.py line 3: SyntaxError" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_that_fails_to_run_is_a_wrong_answer(tmp_path, capsys):
+    bad = tmp_path / "a.py"
     bad.write_text("import numpy as np\n1 / 0\n", encoding="utf-8")
     assert main(["check", "softmax", str(bad)]) == 1
     assert "a.py line 2 raised ZeroDivisionError" in capsys.readouterr().out

@@ -552,3 +552,21 @@ def test_an_interrupted_generate_ends_its_line(model_file, monkeypatch, capsys):
     assert main(["generate", "Tom", "--model", str(model_file), "--max-new-tokens", "10"]) == 130
     out, err = capsys.readouterr()
     assert out.startswith("Tom") and out.endswith("\n") and err == "glassllm generate: interrupted\n"
+
+
+def test_cli_show_probs_quotes_a_piece_with_an_apostrophe_as_python_would(capsys):
+    """'s is printed "'s", not ''s': each piece in the table reads back as the str it is."""
+    import ast
+
+    from glassllm.commands.generate import quoted
+
+    for piece in ["'s", " cat", ' "', "'\"", "it's"]:
+        assert ast.literal_eval(quoted(piece)) == piece
+    from glassllm.checkpoint import bundled_model_path
+
+    if not bundled_model_path().exists():
+        pytest.skip("needs the bundled model")
+    assert main(["generate", "Lily went to her mom", "--temperature", "0", "--max-new-tokens", "1",
+                 "--show-probs"]) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+    assert "''s'" not in row and "\"'s\"" in row

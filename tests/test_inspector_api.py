@@ -614,3 +614,20 @@ def test_cli_serves_prints_the_url_and_needs_a_token_off_loopback(model_file, ho
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "warning" not in err.lower(), err
+
+
+def test_transformer_lens_hook_names_ask_for_the_same_snapshots(client, parts):
+    ours = post(client, "snapshot", {"prompt": PROMPT, "name": "attn.softmax", "layer": 2, "head": 3}).json()
+    for body in ({"name": "blocks.2.attn.hook_pattern", "head": 3}, {"name": "attn.hook_pattern", "layer": 2, "head": 3},
+                 {"name": "pattern", "layer": 2, "head": 3}):
+        r = post(client, "snapshot", {"prompt": PROMPT, **body})
+        assert r.status_code == 200, r.text
+        theirs = r.json()
+        assert (theirs["name"], theirs["local"], theirs["layer"]) == ("layers.2.attn.softmax", "attn.softmax", 2)
+        np.testing.assert_array_equal(decode_array(theirs["values"]), decode_array(ours["values"]))
+    edit = {"kind": "edit", "layer": 1, "row": 2, "col": 5, "value": 2.5}
+    a = post(client, "next", {"prompt": PROMPT, "intervention": {**edit, "name": "resid_mid"}}).json()
+    b = post(client, "next", {"prompt": PROMPT, "intervention": {**edit, "name": "hook_resid_mid"}}).json()
+    np.testing.assert_array_equal(decode_array(a["after"]["logits"]), decode_array(b["after"]["logits"]))
+    r = post(client, "snapshot", {"prompt": PROMPT, "name": "blocks.2.attn.hook_pattern", "layer": 1, "head": 0})
+    assert r.status_code == 400 and "is in layer 2, but layer is 1" in r.json()["error"]

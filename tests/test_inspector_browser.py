@@ -44,7 +44,7 @@ pytestmark = pytest.mark.browser
 def _unavailable(reason: str):
     if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
         pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
-    pytest.skip(reason)
+    pytest.skip(f"needs a browser: {reason}")
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +161,24 @@ def hover(page, i, j) -> dict:
             "col": int(tip.get_attribute("data-col")), "text": tip.inner_text()}
 
 
+def check_explained(page, local: str) -> None:
+    """Beside the heatmap: the snapshot's equation and the statement of nn.py that recorded it (found from the
+    code by glassllm.trace.explain), with its neighbours; the model-map link opens the map on it."""
+    from glassllm.trace.explain import explain
+
+    want = explain(local)
+    assert page.get_attribute("#explain-eq", "data-text") == want["equation"]["text"]
+    assert page.inner_text("#explain-eq") == want["equation"]["text"].replace("_", "")   # W_K typeset as W<sub>K</sub>
+    assert page.get_attribute("#explain-eq", "data-latex") == want["equation"]["latex"]
+    assert page.inner_text("#explain-where") == f"{want['path']}:{want['line']}"
+    assert page.inner_text("#explain-fn") == want["function"]
+    site = page.inner_text("#explain-code mark").splitlines()
+    assert [line.split(None, 1)[1].rstrip() for line in site] == [s.rstrip() for s in want["code"].splitlines()]
+    assert int(site[0].split()[0]) == want["first"]
+    shown = page.inner_text("#explain-code").splitlines()
+    assert int(shown[0].split()[0]) < want["first"] and int(shown[-1].split()[0]) > want["last"]  # its neighbours
+
+
 def walk_through(page, model, tokenizer, typed: bool) -> None:
     from glassllm.sampling import sampling_distribution
     from glassllm.trace import ZeroAblate
@@ -191,10 +209,12 @@ def walk_through(page, model, tokenizer, typed: bool) -> None:
         assert ("masked" in shown["text"]) == (j > i)
     howto = page.locator("#panel-heatmap details.howto").inner_text()
     assert all(w in howto for w in ("Axes first", "Masks next", "row sums", "ablate the head"))
+    check_explained(page, "attn.softmax")
     # Projected keys have two heads; attention weights four.
     page.select_option("#snapshot", "attn.k")
     idle(page)
     assert page.locator("#heads button").count() == 2
+    check_explained(page, "attn.k")                          # the equation and the code line follow the view
     assert page.evaluate("() => window.glass.heatmap.head") == 1      # query head 3 reads K/V head 1
     page.select_option("#snapshot", "attn.softmax")
     idle(page)
@@ -318,7 +338,10 @@ def test_live_server(browser, server, parts):
     page.select_option("#snapshot", "mlp.gate")
     idle(page)
     vector = page.evaluate("() => window.glass.lastRenderMs")
-    assert page.evaluate("() => document.getElementsByTagName('*').length") < 1500
+    # No element per cell: the page is its fixed parts plus three elements per token chip.
+    chips = page.evaluate("() => document.getElementById('tokens').getElementsByTagName('*').length")
+    assert chips <= 3 * n
+    assert page.evaluate("() => document.getElementsByTagName('*').length") - chips < 900
     timings = {
         "model": kind, "prompt_tokens": n,
         "first_view_ms (tokenize + trace + render)": round(first, 1),

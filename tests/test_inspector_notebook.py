@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import json
 import os
 import re
@@ -56,9 +57,10 @@ def test_show_gives_jupyter_the_offline_page_in_a_sandboxed_frame(bundled):
     model, tokenizer, _ = bundled
     view = glassllm.show(PROMPT)
     bundle = view._repr_mimebundle_()
-    assert set(bundle) == {"text/html", "text/plain"} and bundle["text/plain"] == repr(view)
+    assert set(bundle) == {"text/html", "text/plain", "image/png"} and bundle["text/plain"] == repr(view)
     frame = bundle["text/html"]
-    assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
+    # Scripts and the Save buttons' downloads only: no same-origin access to the notebook, no navigation.
+    assert frame.startswith("<iframe") and 'sandbox="allow-scripts allow-downloads"' in frame
     assert "<script" not in frame.split("srcdoc=", 1)[1].split('"', 2)[1]     # escaped: no markup in the attribute
     page = _page(view)
     assert page == view.page
@@ -145,7 +147,7 @@ NOTEBOOK_CELLS = [
 def _unavailable(reason: str):
     if os.environ.get("GLASSLLM_REQUIRE_BROWSER") == "1":
         pytest.fail(f"GLASSLLM_REQUIRE_BROWSER=1 but the browser tests cannot run: {reason}")
-    pytest.skip(reason)
+    pytest.skip(f"needs a browser: {reason}")
 
 
 @pytest.mark.browser
@@ -165,6 +167,8 @@ def test_an_executed_notebook_draws_the_inspector_inline_offline(tmp_path):
     outputs = [o for c in nb.cells for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("text/html" in o.get("data", {}) for o in outputs) == 2
+    # Each keeps a picture of its first view, which a notebook opened untrusted (scripts off) shows instead.
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
     # nbconvert's basic template: the cells' HTML alone, no page furniture that would load scripts from a CDN.
     body, _ = nbconvert.HTMLExporter(template_name="basic").from_notebook_node(nb)
     path = tmp_path / "notebook.html"
@@ -208,3 +212,24 @@ def test_an_executed_notebook_draws_the_inspector_inline_offline(tmp_path):
             context.close()
     assert requests == [path.as_uri()], f"network requests beyond the notebook file: {requests}"
     assert not errors, errors
+
+
+def test_a_saved_notebook_keeps_a_static_picture_of_the_first_view(bundled, tmp_path):
+    """JupyterLab shows an untrusted notebook's outputs only in safe types (no script runs): the bundle's PNG of
+    the first view is what appears there. It is Trace.plot's picture of the page's first view."""
+    import matplotlib.image
+
+    nbformat = pytest.importorskip("nbformat")
+    view = glassllm.show(PROMPT, steps=0)
+    bundle = view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "text/plain", "image/png"}
+    png = base64.b64decode(bundle["image/png"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    path = tmp_path / "saved.ipynb"
+    cell = nbformat.v4.new_code_cell("glassllm.show('Once upon a time')", outputs=[
+        nbformat.v4.new_output("display_data", data=bundle)])
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(path))
+    saved = nbformat.read(str(path), as_version=4).cells[0].outputs[0].data
+    image = matplotlib.image.imread(io.BytesIO(base64.b64decode(saved["image/png"])), format="png")
+    assert image.shape[:2] == (416, 512)                           # 6.4 x 5.2 inches at 80 dpi
+    assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20  # a drawn heatmap, not a blank

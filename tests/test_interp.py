@@ -408,3 +408,107 @@ def test_the_inspector_tables_are_the_lens_and_the_attributions(model):
                                np.asarray(logit_attrs(model, toks, 7))[:, 1], rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="position=6 is out of range"):
         direct_attribution(model, toks, position=6)
+
+
+# ----------------------------------------------------------------------------
+# Attribution patching and steering
+# ----------------------------------------------------------------------------
+
+def test_attribution_is_the_first_order_change_of_every_patched_cell(model):
+    """Each cell's attribution equals the derivative of the metric along the straight line from the
+    corrupted to the clean values of that cell (a central finite difference, no backward pass)."""
+    from glassllm.trace import patching
+
+    clean, corrupt = ids(5, 12), ids(5, 12)
+    corrupt[1] = (corrupt[1] + 7) % TINY.vocab_size
+    metric = patching.logit_diff(4, 9)
+    att = patching.attribution(model, clean, corrupt, metric=metric)
+    exact = patching.layer_position(model, clean, corrupt, metric=metric)
+    assert att["layer_position"].baseline == pytest.approx(exact.baseline, rel=1e-12)
+    assert (att["layer_position"].dims, att["layer_position"].labels) == (exact.dims, exact.labels)
+    base = att["layer_position"].baseline["corrupt"]
+    a_clean, a_corrupt = trace(model, clean), trace(model, corrupt)
+    eps = 1e-5
+
+    def slope(name, cell):
+        """d metric / d t at t = 0, where the cell of ``name`` is a + t (a' - a)."""
+        step = np.zeros_like(a_clean.get(name))
+        step[cell] = (a_clean.get(name) - a_corrupt.get(name))[cell]
+        out = []
+        for t in (eps, -eps):
+            hook = Hook(name, lambda v, ctx, t=t: v + t * step[None])
+            logits = trace(model, corrupt, names="logits", interventions=hook).get("logits")
+            out.append(float(metric(logits[None])[0]))
+        return (out[0] - out[1]) / (2 * eps)
+
+    for layer in range(L):
+        for p in range(5):
+            want = slope(f"layers.{layer}.resid_pre", (p,))
+            assert att["layer_position"][layer, p] - base == pytest.approx(want, rel=1e-6, abs=1e-9)
+        for h in range(H):
+            want = slope(f"layers.{layer}.attn.mix", (h,))
+            assert att["heads"][layer, h] - base == pytest.approx(want, rel=1e-6, abs=1e-9)
+            for p in range(5):
+                want = slope(f"layers.{layer}.attn.mix", (h, p))
+                assert att["head_position"][layer, h, p] - base == pytest.approx(want, rel=1e-6, abs=1e-9)
+    assert np.ptp(np.asarray(att["head_position"])) > 1e-3                      # the cells differ
+    # Before the changed token nothing differs, so nothing is attributed there, as in the exact sweep.
+    np.testing.assert_allclose(att["layer_position"][:, 0], base, rtol=0, atol=1e-12)
+    assert [p.grad for p in model.parameters()] == [None] * len(model.parameters())
+
+
+def test_attribution_checks_its_metric(model):
+    from glassllm.trace import patching
+
+    with pytest.raises(ValueError, match="must give one number as a glassllm Tensor.*got ndarray"):
+        patching.attribution(model, ids(4, 1), ids(4, 2), metric=lambda logits: np.zeros(1))
+    with pytest.raises(ValueError, match="needs a head axis"):
+        patching.attribution(model, ids(4, 1), ids(4, 2), head="resid_pre", metric=patching.logit_diff(1, 2))
+
+
+def test_steer_adds_its_vector_and_scale_zero_changes_nothing(model):
+    from glassllm.trace import Steer
+
+    vector = np.random.default_rng(8).normal(size=C)
+    name, x = "layers.1.resid_pre", ids(6, 3)
+    plain = trace(model, x, names=name)
+    still = trace(model, x, names=name, interventions=Steer(name, vector, 0.0))
+    np.testing.assert_array_equal(still.logits, plain.logits)
+    steered = trace(model, x, names=name, interventions=Steer(name, vector, 2.5))
+    edited = trace(model, x, names=name, interventions=Edit(name, lambda a: a + 2.5 * vector))
+    np.testing.assert_array_equal(steered.logits, edited.logits)
+    np.testing.assert_array_equal(steered.get(name), plain.get(name) + 2.5 * vector)
+    assert np.abs(steered.logits - plain.logits).max() > 1e-3
+    # Unlike an Edit, the sum keeps the graph: the earlier layers still get their gradient.
+    targets = np.roll(x, -1)
+    g = trace(model, x, names=["layers.0.attn.mix", "logits"], targets=targets, interventions=Steer(name, vector, 2.5))
+    cut = trace(model, x, names=["layers.0.attn.mix", "logits"], targets=targets,
+                interventions=Edit(name, lambda a: a + 2.5 * vector))
+    assert np.abs(g.grad("attn.mix", layer=0)).max() > 1e-6 and not cut.grad("attn.mix", layer=0).any()
+    with pytest.raises(ValueError, match=r"has axes \('H', 'n', 'D'\), expected \(n, C\)"):
+        trace(model, x, interventions=Steer("layers.0.attn.mix", vector))
+    with pytest.raises(ValueError, match=f"the model's width C={C}, got shape \\(3,\\)"):
+        trace(model, x, interventions=Steer(name, [1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        Steer(name, vector, float("nan"))
+
+
+def test_steering_reaches_every_generated_token(model):
+    """Greedy decoding under Steer (KV cache, one new position per step) equals recomputing the whole
+    steered sequence at every step without a cache."""
+    from glassllm.generate import generate
+    from glassllm.trace import Steer
+
+    vector = np.random.default_rng(9).normal(size=C) * 3.0
+    steer = Steer("layers.1.resid_mid", vector, 1.5)
+    prompt = [int(i) for i in ids(4, 6)]
+    with Tracer(model, names=[], interventions=steer):
+        steered = [t.id for t in generate(model, None, prompt, max_new_tokens=8, temperature=0)]
+    seq = list(prompt)
+    for _ in range(8):
+        seq.append(int(trace(model, seq, names=[], interventions=steer).logits[-1].argmax()))
+    assert steered == seq[len(prompt):]
+    plain = [t.id for t in generate(model, None, prompt, max_new_tokens=8, temperature=0)]
+    assert plain != steered
+    with Tracer(model, names=[], interventions=Steer("layers.1.resid_mid", vector, 0)):
+        assert [t.id for t in generate(model, None, prompt, max_new_tokens=8, temperature=0)] == plain

@@ -12,37 +12,26 @@ import re
 from pathlib import Path
 
 import pytest
-
-tomllib = pytest.importorskip("tomllib")      # Python 3.11+
+from glassllm_testing import extra_requirements
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "transformer_lens", "transformer-lens", "tokenizers", "playwright")
 OPTIONAL_LIBRARIES = re.compile(r"^\s*(?:import|from)\s+(torch|transformers|transformer_lens|tokenizers)\b")
 
 
-def _extras() -> dict[str, list[str]]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-
-
-def _closure(name: str, extras: dict[str, list[str]]) -> set[str]:
-    """Every requirement an extra brings, following glassllm[...] references."""
-    out = set()
-    for req in extras[name]:
-        inner = re.fullmatch(r"glassllm\[([\w,-]+)\]", req)
-        if inner:
-            for sub in inner.group(1).split(","):
-                out |= _closure(sub, extras)
-        else:
-            out.add(re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower())
-    return out
+def _closure(name: str) -> set[str]:
+    found = extra_requirements(name)
+    if found is None:
+        pytest.skip("reading pyproject.toml needs Python 3.11 or later (tomllib)")
+    return found
 
 
 def test_the_learn_extra_brings_jupyter_and_the_inspector_but_no_pytorch():
-    extras = _extras()
-    learn = _closure("learn", extras)
-    assert {"jupyterlab", "ipykernel", "matplotlib", "nbclient", "fastapi", "uvicorn", "safetensors"} <= learn
+    learn = _closure("learn")
+    assert {"jupyterlab", "ipykernel", "anywidget", "matplotlib", "nbclient", "fastapi", "uvicorn",
+            "mkdocs-material"} <= learn
     assert not learn & set(HEAVY), learn & set(HEAVY)
-    assert _closure("learn-test", extras) - learn == {"pytest", "sybil"}
+    assert _closure("learn-test") - learn == {"pytest", "sybil"}
 
 
 def test_lessons_import_reference_libraries_only_in_optional_asides():
@@ -64,8 +53,10 @@ def test_lessons_import_reference_libraries_only_in_optional_asides():
 
 def test_ci_runs_the_lessons_and_the_notebook_in_a_clean_learn_venv():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'python -m pip install -q -e ".[dev]" && python -m pytest' in ci      # the README's command
-    assert "python -m venv" in ci and "--system-site-packages" not in ci
+    assert 'pip install -q -e ".[dev]" && python -m pytest' in ci                # the README's command
+    assert "GLASSLLM_STRICT=1" in ci                                             # in a fresh venv, strictly
+    assert 'source "$venv/bin/activate"' in ci and "fresh_venv \"$venv\"" in ci
+    assert "-m venv" in ci and "--system-site-packages" not in ci
     assert '-e ".[learn-test]"' in ci and '-c "import torch"' in ci
     assert "-m pytest docs/lessons tests/test_notebooks.py" in ci
     assert ci.rstrip().endswith("exit $status")

@@ -17,19 +17,21 @@ from glassllm.checkpoint import load_model
 from glassllm.generate import generate
 from glassllm.importer import import_model
 from glassllm.sptokenizer import SPTokenizer
+from glassllm_testing import need
 from llama_fixtures import (hf_tensors, random_llama, sp_training_text, train_sentencepiece, write_gguf,
                             write_llama2c)
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
 
 TEXT = "Once upon a time, a little girl named Lily saw a big green café. 😀 She was happy."
 
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    """(folder, sp model path, transformers model) of a random L=2, H=4, G=2, V=512 Llama."""
+    """(folder, sp model path, transformers model) of a random L=2, H=4, G=2, V=512 Llama.
+
+    Every test here compares with it, so each needs PyTorch, transformers and sentencepiece; only
+    the GGUF tests need gguf as well."""
+    for module in ("torch", "transformers", "sentencepiece"):
+        need(module)
     root = tmp_path_factory.mktemp("llama")
     sp_model = train_sentencepiece(root / "sp", vocab_size=512)
     model = random_llama(root / "hf", sp_model, L=2, C=32, H=4, G=2, F=64, ctx=64, seed=0)
@@ -38,6 +40,8 @@ def llama(tmp_path_factory):
 
 def _theirs_logits(hf_model, ids, weights=None):
     """transformers' logits for ``ids``; ``weights`` replaces its tensors first (F16- or Q8_0-rounded)."""
+    import torch
+
     if weights is not None:
         hf_model = type(hf_model)(hf_model.config).float().eval()
         hf_model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in weights.items()},
@@ -54,6 +58,8 @@ def _ours_logits(model, ids):
 
 
 def _check_against_transformers(path, hf_model, tmp_path, weights=None, tol=1e-4):
+    import torch
+
     out = tmp_path / "m.safetensors"
     model, tok, _, _ = import_model(path, out)
     model, tok, _ = load_model(out)                                    # what was written, read back
@@ -88,7 +94,7 @@ def test_hf_folder_with_tokenizer_json(llama, tmp_path):
     _, tok, out = _check_against_transformers(root / "hf", hf_model, tmp_path)
     _export_matches(out, tmp_path, hf_tensors(root / "hf"))
     # The exported folder loads in transformers with the same tokenizer.
-    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "back"))
+    theirs = need("transformers").AutoTokenizer.from_pretrained(str(tmp_path / "back"))
     assert theirs(TEXT).input_ids == tok.encode_prompt(TEXT)
 
 
@@ -105,6 +111,7 @@ def test_hf_folder_with_only_tokenizer_model(llama, tmp_path):
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0"])
 def test_gguf(llama, tmp_path, qtype):
+    gguf = need("gguf")
     root, sp_model, hf_model = llama
     path = write_gguf(root / "hf", sp_model, tmp_path / f"m-{qtype}.gguf", qtype)
     assert gguf.GGUFReader(str(path)).fields["tokenizer.ggml.padding_token_id"].contents() == 4294967295  # tolerated
@@ -137,6 +144,8 @@ def test_llama2c_tied_head(llama, tmp_path):
 
 
 def test_eval_reports_bits_per_byte(llama, tmp_path, capsys):
+    import torch
+
     root, _, hf_model = llama
     out = tmp_path / "m.safetensors"
     assert cli.main(["import", str(root / "hf"), str(out)]) == 0
@@ -175,6 +184,7 @@ def _refused(capsys, tmp_path, source, needle, *extra):
 
 
 def test_bad_gguf_files(llama, tmp_path, capsys):
+    need("gguf")
     root, sp_model, _ = llama
     good = write_gguf(root / "hf", sp_model, tmp_path / "good.gguf", "F32")
     data = good.read_bytes()
@@ -213,7 +223,8 @@ def test_mismatched_hf_tokenizer(llama, tmp_path, capsys):
     _refused(capsys, tmp_path, folder, "513 tokens but config.json says vocab_size=512")
 
 
-def test_other_architectures_and_biases_are_refused(llama, tmp_path, capsys):
+def test_other_architectures_are_refused(llama, tmp_path, capsys):
+    gguf = need("gguf")
     root, sp_model, _ = llama
     good = write_gguf(root / "hf", sp_model, tmp_path / "good.gguf", "F32")
     reader = gguf.GGUFReader(str(good))
@@ -225,6 +236,10 @@ def test_other_architectures_and_biases_are_refused(llama, tmp_path, capsys):
     w.close()
     _refused(capsys, tmp_path, tmp_path / "qwen.gguf", "general.architecture='qwen2' is not supported")
     assert len(reader.tensors) > 0
+
+
+def test_biases_are_refused(llama, tmp_path, capsys):
+    root, _, _ = llama
     folder = tmp_path / "biased"
     shutil.copytree(root / "hf", folder)
     cfg = json.loads((folder / "config.json").read_text())

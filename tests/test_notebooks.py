@@ -36,7 +36,8 @@ def test_attention_notebook_runs_and_draws_its_figures():
     nb = _execute(path)
     outputs = _outputs(nb)
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    figures = [o for o in outputs if "image/png" in o.get("data", {})]
+    # Figures: the PNG outputs, apart from the inline inspector's (its static picture rides with its HTML).
+    figures = [o for o in outputs if "image/png" in o.get("data", {}) and "text/html" not in o.get("data", {})]
     shows = sum(cell.source.count("plt.show()") for cell in nb.cells if cell.cell_type == "code")
     assert shows >= 4
     assert len(figures) == shows, f"{len(figures)} figures drawn for {shows} plt.show() calls"
@@ -48,6 +49,7 @@ def test_attention_notebook_runs_and_draws_its_figures():
         # ... and the inspector inline: the offline page in a frame (tests/test_inspector_notebook.py draws one)
         inline = [o for o in outputs if "glass-data" in o.get("data", {}).get("text/html", "")]
         assert len(inline) == 1 and inline[0]["data"]["text/html"].startswith("<iframe")
+        assert "image/png" in inline[0]["data"]                  # its picture, for where the page cannot run
 
 
 def test_committed_notebooks_carry_no_outputs():

@@ -98,3 +98,18 @@ def test_the_pattern_catches_what_it_is_for():
         assert pattern.search(sample)
     assert NOT_ABOUT_THE_PRODUCT[0][0].search("see #12 for the plan")
     assert not NOT_ABOUT_THE_PRODUCT[0][0].search("[exercise 5](../exercises/index.md#5-rmsnorm)")
+
+
+def test_the_readme_screenshot_shows_every_section_of_the_page():
+    """docs/inspector.png is shot by tools/screenshot.py, which records the sections the page showed; the page's
+    sections today (index.html) must all be in it, so a new panel asks for a new picture."""
+    import pytest
+
+    Image = pytest.importorskip("PIL.Image")
+    assert "![" in README and "(docs/inspector.png)" in README
+    shot = Image.open(ROOT / "docs" / "inspector.png")
+    recorded = shot.text.get("glassllm-sections")
+    assert recorded, "docs/inspector.png was not shot by: python tools/screenshot.py docs/inspector.png"
+    page = (ROOT / "src" / "glassllm" / "inspector" / "static" / "index.html").read_text(encoding="utf-8")
+    sections = re.findall(r'<section [^>]*aria-label="([^"]+)"', page)
+    assert sorted(recorded.splitlines()) == sorted(sections), "re-shoot: python tools/screenshot.py docs/inspector.png"

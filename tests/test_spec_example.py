@@ -60,7 +60,7 @@ def _verified() -> tuple[np.ndarray, np.ndarray]:
 
 def test_copy_is_verbatim():
     if not SPEC_PAGE.is_file():
-        pytest.skip(f"spec page {SPEC_PAGE} is absent")
+        pytest.skip(f"needs ../shared: the spec page {SPEC_PAGE} is absent")
     page = SPEC_PAGE.read_text(encoding="utf-8")
     assert SNIPPET in page
     assert VERIFIED.rstrip("\n") in page

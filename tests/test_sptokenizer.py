@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 from glassllm.sptokenizer import SPACE, SPTokenizer, load_sentencepiece_model
 from glassllm.tokenizer import Tokenizer
 from glassllm.tokenizing import TextTokenizer, tokenizer_from_json
+from glassllm_testing import need
 from llama_fixtures import hf_tokenizer_json, sp_training_text, train_sentencepiece
-
-spm = pytest.importorskip("sentencepiece")
-tokenizers = pytest.importorskip("tokenizers")
 
 
 @pytest.fixture(scope="module")
 def trio(tmp_path_factory):
     """(glassllm's SPTokenizer, sentencepiece's processor, tokenizers' Tokenizer) for one trained model."""
+    spm, tokenizers = need("sentencepiece"), need("tokenizers")
+    need("transformers")                                                # writes the tokenizer.json
     folder = tmp_path_factory.mktemp("sp")
     model = train_sentencepiece(folder, vocab_size=512)
     hf = tokenizers.Tokenizer.from_file(str(hf_tokenizer_json(model, folder / "hf")))
@@ -71,7 +71,7 @@ def test_byte_fallback_for_unseen_characters(trio):
 def test_equals_on_tinystories_held_out_text(trio, shared_data):
     path = shared_data / "tinystories" / "valid.txt"
     if not path.is_file():
-        pytest.skip(f"{path} is absent")
+        pytest.skip(f"needs ../shared: {path} is absent")
     text = path.read_text(encoding="utf-8")[:200_000]
     ids = _check_same(trio, text)
     assert trio[0].decode(ids) == text
@@ -148,6 +148,7 @@ def test_encode_corpus_reads_stories_the_llama2c_way(trio, tmp_path, monkeypatch
 
 
 def test_other_sentencepiece_models_are_refused(tmp_path):
+    spm = need("sentencepiece")
     text = sp_training_text(200)
     (tmp_path / "t.txt").write_text(text, encoding="utf-8")
     spm.SentencePieceTrainer.train(input=str(tmp_path / "t.txt"), model_prefix=str(tmp_path / "uni"),
@@ -215,6 +216,7 @@ def test_tokenize_command_reads_a_sentencepiece_tokenizer_file(trio, tmp_path, c
 
 @pytest.fixture(scope="module")
 def hf_doc(tmp_path_factory):
+    need("sentencepiece"), need("transformers")
     folder = tmp_path_factory.mktemp("hfdoc")
     model = train_sentencepiece(folder, vocab_size=512)
     return json.loads(hf_tokenizer_json(model, folder / "hf").read_text(encoding="utf-8"))
@@ -225,6 +227,7 @@ def test_tokenizer_json_in_both_spellings_reads_as_sentencepiece(trio, hf_doc):
     ours = trio[0]
     legacy = {**hf_doc, "pre_tokenizer": None, "normalizer": {"type": "Sequence", "normalizers": [
         {"type": "Prepend", "prepend": SPACE}, {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}]}}
+    tokenizers = need("tokenizers")
     text = sp_training_text(30, seed=7) + " ünseen 😀 text"
     for doc in (hf_doc, legacy):
         mine = SPTokenizer.from_hf_tokenizer_json(doc)

@@ -845,7 +845,7 @@ def test_an_intervention_may_not_change_a_snapshots_dtype(tiny_model):
     (lambda m: Tracer("model"), TypeError, "Tracer needs a glassllm Transformer, got str"),
     (lambda m: trace(m, [1, 2], cache="x"), TypeError, "cache must be a KVCache"),
     (lambda m: trace(m, [1, 2, 3], targets=[1, 2]), ValueError, r"targets of shape \(2,\) do not match"),
-    (lambda m: trace(m, [1, 2], names=b"logits"), TypeError, "names must be a str or a list of str, got bytes"),
+    (lambda m: trace(m, [1, 2], names=b"logits"), TypeError, "names must be a str, a list of str or a function of a name, got bytes"),
     (lambda m: trace(m, [1, 2], names={"logits": 1}), TypeError, "got dict"),
     (lambda m: trace(m, [1, 2], interventions=[Temperature(2, layers=1.0)]), TypeError, "layers must be an int"),
     (lambda m: trace(m, [1, 2], interventions=[Temperature(2, heads=[])]), ValueError, "heads is empty"),
@@ -1054,3 +1054,106 @@ def test_the_keys_of_a_step_are_its_own_forwards_tokens(tiny_model):
                                                                      f"'t{first[0]}' 5"]
     assert list(image.axes.get_xticks()) == [3, 4, 5]
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------
+# The trace as a mapping; TransformerLens' names as aliases
+# ----------------------------------------------------------------------------
+
+def test_a_trace_is_a_read_only_mapping_of_its_first_pass():
+    from collections.abc import Mapping
+
+    model = randomize(Transformer(TINY, seed=0), np.random.default_rng(3))
+    with Tracer(model, names=["embed", "attn.softmax", "logits"]) as tracer:
+        cache = model.new_cache(1)
+        model([1, 2, 3], cache)
+        model([4], cache)
+    t = tracer.trace
+    assert isinstance(t, Mapping)
+    want = ["embed", "layers.0.attn.softmax", "layers.1.attn.softmax", "logits"]
+    assert list(t) == list(t.keys()) == want and len(t) == 4
+    assert t["embed"] is t.get("embed", step=0) and t["logits"].shape == (3, TINY.vocab_size)   # the first pass
+    assert t["attn.softmax", 1] is t["layers.1.attn.softmax"] is t["attn.softmax", -1]
+    assert "layers.0.attn.softmax" in t and ("attn.softmax", 0) in t
+    assert "attn.softmax" not in t and "layers.0.attn.q" not in t and "nonsense" not in t and 3 not in t
+    assert dict(t.items()).keys() == set(want)
+    with pytest.raises(KeyError, match=r"matches 2 snapshots.*trace\['attn.softmax', 0\]"):
+        t["attn.softmax"]
+    with pytest.raises(KeyError, match="'layers.0.attn.q' was not recorded"):
+        t["attn.q", 0]
+    with pytest.raises(KeyError, match="layer 5 does not exist"):
+        t["attn.softmax", 5]
+    with pytest.raises(TypeError):
+        t["embed"] = np.zeros(3)                           # read-only: no item assignment
+    with pytest.raises(ValueError):
+        t["embed"][0, 0] = 1.0                              # and the arrays are read-only
+    assert t == t and t != tracer.trace and len({t}) == 1   # equal only to itself, hashable
+
+
+def test_transformer_lens_names_work_wherever_a_name_is_taken():
+    model = randomize(Transformer(TINY, seed=0), np.random.default_rng(4))
+    ids, targets = [3, 1, 4, 1, 5], [1, 4, 1, 5, 9]
+    t = trace(model, ids, targets=targets)
+    # get and grad: the hook names and TransformerLens' short names, with and without layer=.
+    for ours, theirs, layer in [("layers.1.attn.softmax", "blocks.1.attn.hook_pattern", None),
+                                ("layers.0.attn.mix", "z", 0), ("layers.0.mlp.prod", "mlp.hook_post", 0),
+                                ("norm.rms", "ln_final.hook_scale", None), ("logits", "unembed.hook_out", None),
+                                ("layers.1.attn_norm.rms", "blocks.1.ln1.hook_scale", None)]:
+        assert t.get(theirs, layer=layer) is t.get(ours) and t.grad(theirs, layer=layer) is t.grad(ours)
+    # names= and every intervention.
+    assert trace(model, ids, names="blocks.0.hook_resid_mid").names() == ["layers.0.resid_mid"]
+    assert trace(model, ids, names="hook_z").names() == ["layers.0.attn.mix", "layers.1.attn.mix"]
+    shift = lambda a: a + 1.0                                                  # noqa: E731
+    source = trace(model, [2, 7, 2, 8])
+    for iv_ours, iv_theirs in [(Edit("layers.1.resid_pre", shift), Edit("blocks.1.hook_resid_pre", shift)),
+                               (Patch("layers.0.attn.mix", source, heads=[1]), Patch("blocks.0.attn.hook_z", source, heads=[1])),
+                               (tr.Hook("layers.0.mlp.gate", lambda v, ctx: v * 2.0),
+                                tr.Hook("blocks.0.mlp.hook_pre", lambda v, ctx: v * 2.0))]:
+        a = trace(model, [2, 7, 1, 8], names="logits", interventions=iv_ours).get("logits")
+        b = trace(model, [2, 7, 1, 8], names="logits", interventions=iv_theirs).get("logits")
+        np.testing.assert_array_equal(a, b)
+    # the patching sweeps take them too
+    a = tr.patching.heads(model, [2, 7, 1, 8], [2, 7, 2, 8], metric=tr.patching.logit_diff(3, 4))
+    b = tr.patching.heads(model, [2, 7, 1, 8], [2, 7, 2, 8], name="hook_z", metric=tr.patching.logit_diff(3, 4))
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="no snapshot is named 'blocks.0.attn.hook_nothing'"):
+        trace(model, ids, names="blocks.0.attn.hook_nothing")
+
+
+def test_names_may_be_a_filter_of_either_name():
+    model = Transformer(TINY, seed=0)
+    ours = trace(model, [1, 2], names=lambda name: name.endswith("attn.softmax"))
+    theirs = trace(model, [1, 2], names=lambda name: name.endswith("hook_pattern"))
+    assert ours.names() == theirs.names() == ["layers.0.attn.softmax", "layers.1.attn.softmax"]
+    assert trace(model, [1, 2], names=lambda name: False).names() == []
+    with pytest.raises(TypeError, match="must return True or False, got 'yes'"):
+        trace(model, [1, 2], names=lambda name: "yes")
+
+
+def test_text_in_is_read_as_generate_reads_a_prompt_and_gives_the_logits():
+    from glassllm.checks import ParameterError
+    from glassllm.tokenizer import Tokenizer
+
+    tok = Tokenizer.train(["once upon a time there was a cat. " * 30], vocab_size=270)
+    config = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
+    model = randomize(Transformer(config, seed=0), np.random.default_rng(5))
+    text = "<|endoftext|>Once upon a time"
+    ids = tok.encode_prompt(text)
+    assert ids[0] == tok.eot_id                                  # the special token, as generate reads it
+    t = trace(model, text, tokenizer=tok, names="attn.softmax")
+    want = trace(model, ids, names="attn.softmax")
+    assert t.tokens.tolist() == ids and t.tokenizer is tok
+    for name in want:
+        np.testing.assert_array_equal(t[name], want[name])
+    np.testing.assert_array_equal(t.logits, want.logits)
+    np.testing.assert_allclose(t.logits, model(np.array(ids)).data[0], rtol=1e-5, atol=1e-5)  # (n, V)
+    assert not t.logits.flags.writeable
+    with_loss = trace(model, text, tokenizer=tok, targets=ids[1:] + [0])
+    np.testing.assert_array_equal(with_loss.logits, with_loss["logits"])        # every snapshot: the teaching path
+    np.testing.assert_allclose(with_loss.logits, t.logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ParameterError, match="tokens is text but no tokenizer was given"):
+        trace(model, text)
+    with pytest.raises(ParameterError, match="tokens is empty"):
+        trace(model, "", tokenizer=tok)
+    with pytest.raises(ParameterError, match="tokenizer has 270 ids but the model expects 53"):
+        trace(Transformer(TINY, seed=0), text, tokenizer=tok)

@@ -13,7 +13,13 @@ next matrices (what its logit lens and ``logit_attrs`` expect). On two prompts:
 - ``logit_attrs`` against ``cache.logit_attrs`` on the stack of the embedding,
   ``stack_head_results`` and the MLP outputs;
 - a layer x position patching sweep against the same sweep with TransformerLens hooks;
-- a ``Hook`` under backward against a TransformerLens hook under backward.
+- a ``Hook`` under backward against a TransformerLens hook under backward;
+- the trace read as TransformerLens' cache: ``trace[hook]`` for every hook name, in TransformerLens'
+  layout by ``as_transformer_lens``, and ``names=`` given TransformerLens names or a hook filter;
+- attribution patching against the same first-order estimate from TransformerLens' hooks and PyTorch's
+  backward;
+- ``show_attention`` on TransformerLens' ``cache["pattern", 0]`` in Chromium: the hovered cells read
+  the tensor's values.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from glassllm.tokenizer import Tokenizer  # noqa: E402
 from glassllm.trace import Hook, Tracer, logit_attrs, logit_lens, patching, registry, trace  # noqa: E402
 from glassllm.trace.names import to_transformer_lens, transformer_lens_name  # noqa: E402
 from glassllm_testing import randomize  # noqa: E402
+from test_inspector_browser import browser  # noqa: E402,F401  (a fixture)
 
 CONFIG = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 PROMPTS = ["the cat sat on the mat. the cat", "the dog ran to the cat, and the dog sat"]
@@ -90,12 +97,20 @@ def test_every_counterpart_holds_the_same_numbers(ours, raw, text):
             missing.append(name.split(".", 2)[-1])
             continue
         mask = t.get(name.replace("scores", "mask")) if name.endswith("attn.scores") else None
-        want = _np(cache[hook][0])                                     # batch removed
-        got = to_transformer_lens(name, t.get(name), mask)
+        # The same numbers three ways: converted by hand, read from the trace under the hook's name
+        # (the alias reads the very same array), and in TransformerLens' layout, batch axis kept.
+        by_hand = to_transformer_lens(name, t.get(name), mask)
+        assert hook in t and t[hook] is t[name]
+        got = t.as_transformer_lens(hook)
+        np.testing.assert_array_equal(got[0], by_hand)
+        want = _np(cache[hook])
         assert got.shape == want.shape, name
         np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want), err_msg=name)
         np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], **TOL, err_msg=name)
     assert sorted(set(missing)) == ["attn.cache_k", "attn.cache_v", "attn.mask", "mlp.act", "probs"]
+    for i in range(CONFIG.n_layers):                                   # the short names of cache[...]
+        np.testing.assert_allclose(t["pattern", i], _np(cache["pattern", i][0]), **TOL)
+        np.testing.assert_allclose(t.as_transformer_lens("z", layer=i), _np(cache["z", i]), **TOL)
     # head_out against hook_result, and its sum over the heads against the attention output.
     for i in range(CONFIG.n_layers):
         result = _np(cache[f"blocks.{i}.attn.hook_result"][0])        # (n, H, C)
@@ -133,12 +148,17 @@ def test_logit_lens_and_attributions_match(ours, folded, text):
     np.testing.assert_allclose(np.asarray(attrs).sum(0), attrs.baseline["total"], rtol=0, atol=1e-4)
 
 
-def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
-    model, tok, _ = ours
+def _pair(tok):
+    """A clean prompt, the same with token 2 changed, and the metric's answer and wrong token."""
     clean = _ids(tok, PROMPTS[0])
     corrupt = clean.copy()
     corrupt[2] = (clean[2] + 1) % CONFIG.vocab_size
-    answer, wrong = int(clean[1]), int(clean[4])
+    return clean, corrupt, int(clean[1]), int(clean[4])
+
+
+def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
+    model, tok, _ = ours
+    clean, corrupt, answer, wrong = _pair(tok)
     sweep = patching.layer_position(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
     _, cache = raw.run_with_cache(torch.tensor(clean[None]))
     want = np.zeros(sweep.shape)
@@ -202,3 +222,91 @@ def test_a_hook_under_backward_matches_a_transformer_lens_hook(ours, raw):
     with Tracer(folded_model, names=["embed"]) as tracer:
         folded_model.loss(ids, targets).backward()
     np.testing.assert_allclose(t64.grad("embed"), tracer.trace.grad("embed"), rtol=1e-10, atol=1e-13)
+
+
+def test_names_take_transformer_lens_hooks_and_a_hook_filter(ours, raw):
+    model, tok, _ = ours
+    ids = _ids(tok, PROMPTS[0])
+    _, cache = raw.run_with_cache(torch.tensor(ids[None]))
+    # names= takes TransformerLens names and a hook filter, and records what they name.
+    only = trace(model, ids, names=["blocks.*.attn.hook_pattern", "hook_embed"])
+    assert list(only) == ["embed"] + [f"layers.{i}.attn.softmax" for i in range(CONFIG.n_layers)]
+    filtered = trace(model, ids, names=lambda hook: hook.endswith("hook_resid_post"))
+    assert list(filtered) == [f"layers.{i}.resid_post" for i in range(CONFIG.n_layers)]
+    theirs = [k for k in cache if k.endswith("hook_resid_post")]
+    assert [transformer_lens_name(k) for k in filtered] == theirs
+
+
+@pytest.mark.browser
+def test_show_attention_draws_transformer_lens_pattern_and_hovers_its_values(ours, raw, browser, tmp_path):
+    import glassllm
+    from test_inspector_browser import hover, idle, pick
+
+    model, tok, _ = ours
+    ids = _ids(tok, PROMPTS[1])
+    _, cache = raw.run_with_cache(torch.tensor(ids[None]))
+    pattern = cache["pattern", 0]                                        # (1, H, n, n), a torch tensor
+    tokens = tok.pieces(ids.tolist())
+    path = tmp_path / "attention.html"
+    glassllm.show_attention(pattern[0], tokens).save(path)
+    want = _np(pattern[0]).astype(np.float32)                            # what the tensor holds
+    n = len(ids)
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_function("() => window.glass && window.glass.ready === true && window.glass.heatmap",
+                               timeout=60_000)
+        for head, (i, j) in [(0, (n - 1, 3)), (2, (5, 5)), (3, (n - 1, 0))]:
+            pick(page, 0, "attn.softmax", head)
+            tip = hover(page, i, j)
+            assert (tip["row"], tip["col"]) == (i, j)
+            assert float(tip["value"]) == float(want[head, i, j]) and want[head, i, j] > 0
+            assert repr(tokens[i]).strip("'") in tip["text"] or tokens[i].strip() in tip["text"]
+        shown = page.evaluate("() => Array.from(window.glass.heatmap.values)")
+        np.testing.assert_array_equal(np.array(shown, dtype=np.float32).reshape(n, n), want[3])
+        page.evaluate("() => window.glass.tab('heads')")                  # the head grid: every head at once
+        idle(page)
+        assert page.is_hidden("#grid-error")
+        grid = np.array(page.evaluate("() => Array.from(window.glass.grid.values)"), dtype=np.float32)
+        np.testing.assert_array_equal(grid.reshape(CONFIG.n_heads, n, n), want)
+        line = page.locator("#model-line").inner_text()
+        assert line.startswith("attention weights given as arrays: 1 layer") and f"{n} tokens" in line
+    finally:
+        page.close()
+    assert not errors, errors
+
+
+def test_attribution_patching_matches_the_same_first_order_estimate_in_transformer_lens(ours, raw):
+    """(clean - corrupted activation) x d metric / d activation in the corrupted run, summed per cell, with
+    TransformerLens' hooks and PyTorch's backward: resid_pre per layer and position, hook_z per head and position."""
+    model, tok, _ = ours
+    clean, corrupt, answer, wrong = _pair(tok)
+    att = patching.attribution(model, clean, corrupt, metric=patching.logit_diff(answer, wrong))
+    base = att["layer_position"].baseline["corrupt"]
+
+    _, clean_cache = raw.run_with_cache(torch.tensor(clean[None]))
+    kept = {}
+
+    def keeper(name):
+        def keep(act, hook):
+            act.retain_grad()
+            kept[name] = act
+            return act
+        return keep
+
+    hooks = [(name, keeper(name)) for i in range(CONFIG.n_layers)
+             for name in (f"blocks.{i}.hook_resid_pre", f"blocks.{i}.attn.hook_z")]
+    logits = raw.run_with_hooks(torch.tensor(corrupt[None]), fwd_hooks=hooks)
+    metric = logits[0, -1, answer] - logits[0, -1, wrong]
+    metric.backward()
+    assert base == pytest.approx(float(metric.detach()), rel=1e-4)
+    resid = np.stack([_np((clean_cache[f"blocks.{i}.hook_resid_pre"] - kept[f"blocks.{i}.hook_resid_pre"])
+                          * kept[f"blocks.{i}.hook_resid_pre"].grad)[0].sum(-1) for i in range(CONFIG.n_layers)])
+    z = np.stack([_np((clean_cache[f"blocks.{i}.attn.hook_z"] - kept[f"blocks.{i}.attn.hook_z"])
+                      * kept[f"blocks.{i}.attn.hook_z"].grad)[0].sum(-1).T for i in range(CONFIG.n_layers)])  # (L, H, n)
+    assert np.ptp(resid) > 1e-2
+    np.testing.assert_allclose(np.asarray(att["layer_position"]) - base, resid, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(att["head_position"]) - base, z, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(att["heads"]) - base, z.sum(-1), rtol=1e-3, atol=1e-4)

@@ -310,7 +310,10 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repe
         "## Data and license",
         "",
         "TinyStories (Eldan & Li, 2023), CDLA-Sharing-1.0; the subset and its provenance are described in",
-        "`../shared/data/README.md`. The model weights are not data under CDLA.",
+        "`../shared/data/README.md`. The model weights are not data under CDLA. glassllm ships a slice of the same",
+        "training text (`stories.txt.xz`, 4,000 stories, and `stories-heldout.txt.xz`, 200 more; none from",
+        "`valid.txt`), on which `glassllm train` trains when given no `--data`; where it came from, what was",
+        "changed and its licence: `STORIES_NOTICE.md` and `CDLA-Sharing-1.0.txt`, beside this card.",
         "",
     ]
     return "\n".join(lines)

@@ -22,15 +22,17 @@ def anchor(name: str) -> str:
 
 def snapshot_entries() -> str:
     """One entry per snapshot name (``layers.{i}.`` standing for every block), in forward order."""
+    from glassllm.trace.explain import equation, sites
     from glassllm.trace.registry import generic_names
 
+    where = sites()
     entries = []
     for generic, axes, shape, description in generic_names():
         letters = ", ".join(axes) + ("," if len(axes) == 1 else "")
         sizes = ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "")
         entries.append(f"### `{generic}` {{ #{anchor(generic)} }}\n\n"
-                       f"Axes ({letters}), shape ({sizes}) in the default model. {description[0].upper()}"
-                       f"{description[1:]}.\n")
+                       f"**{equation(generic)['text']}**. Axes ({letters}), shape ({sizes}) in the default model. "
+                       f"{description[0].upper()}{description[1:]}. Recorded in `{where[generic].function}`.\n")
     return "\n".join(entries)
 
 

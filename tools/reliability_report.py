@@ -5,6 +5,7 @@ Run from the repository root::
     python tools/reliability_report.py            # everything (~15 min on 2 busy cores)
     python tools/reliability_report.py --table    # only regenerate the inventory table in the doc
     python tools/reliability_report.py --classroom  # only the classroom figures, from bench/results/classroom.json
+    python tools/reliability_report.py --hostile  # only the hostile-input cases and the limits table (~1 min)
 
 It runs the same code as the tests (``tests/test_reliability_*.py``), larger:
 
@@ -22,6 +23,11 @@ It runs the same code as the tests (``tests/test_reliability_*.py``), larger:
 4. **Load.** ``--clients`` (20) clients for ``--seconds`` (30) against a
    server process on 127.0.0.1 serving a model of the bundled shape:
    requests, status codes, p50/p95/p99 latency, server memory.
+
+5. **Hostile inputs.** ``tests/test_reliability_hostile.py`` in a pytest
+   subprocess: its cases counted per class (readers, parsers, routes,
+   options), each run under an address-space limit; and the limits table
+   (``glassllm.limits``) written into the doc.
 
 Figures are printed, written to ``bench/results/reliability.json`` and into
 the figures section of ``docs/reliability.md``.
@@ -51,6 +57,11 @@ CLASSROOM_BEGIN = "<!-- BEGIN CLASSROOM: python tools/reliability_report.py --cl
 CLASSROOM_END = "<!-- END CLASSROOM -->"
 FIGURES_BEGIN = "<!-- BEGIN FIGURES: python tools/reliability_report.py -->"
 FIGURES_END = "<!-- END FIGURES -->"
+HOSTILE_BEGIN = "<!-- BEGIN HOSTILE: python tools/reliability_report.py --hostile -->"
+HOSTILE_END = "<!-- END HOSTILE -->"
+LIMITS_BEGIN = "<!-- BEGIN LIMITS: glassllm.limits.markdown_table() -->"
+LIMITS_END = "<!-- END LIMITS -->"
+HOSTILE_RESULTS = ROOT / "bench" / "results" / "hostile.json"
 
 # A glassllm process for one command-line case; "full" first sets a 0-byte file-size limit (a full disk).
 CLI_CHILD = (
@@ -280,6 +291,63 @@ def classroom_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ----------------------------------------------------------------------------
+# 5. Hostile inputs
+# ----------------------------------------------------------------------------
+
+def run_hostile() -> dict:
+    """Run tests/test_reliability_hostile.py; its cases (``CLASSES``) and its tests' outcomes, per class."""
+    import xml.etree.ElementTree as ET
+
+    import test_reliability_hostile as hostile
+
+    with tempfile.TemporaryDirectory(prefix="glassllm-hostile-") as folder:
+        junit = Path(folder) / "junit.xml"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_reliability_hostile.py"),
+                               "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"], cwd=ROOT, capture_output=True,
+                              text=True)
+        seconds = round(time.perf_counter() - t0, 1)
+        cases = ET.parse(junit).getroot().iter("testcase") if junit.exists() else []
+        outcomes = [(c.get("name", ""), not any(k.tag in ("failure", "error") for k in c)) for c in cases]
+    by_class = {}
+    for kind, names in hostile.CLASSES.items():
+        tests = [(name, ok) for name, ok in outcomes if hostile.CLASS_OF_TEST.get(name.split("[")[0]) == kind]
+        by_class[kind] = {"cases": len(names), "generated": hostile.GENERATED.get(kind, 0), "tests": len(tests),
+                          "passed": sum(ok for _, ok in tests),
+                          "failed": [name for name, ok in tests if not ok]}
+    return {"by_class": by_class, "returncode": proc.returncode, "seconds": seconds,
+            "memory_limit_mb": hostile.MEMORY >> 20, "time_limit_s": hostile.SECONDS,
+            "pytest": proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]}
+
+
+def hostile_markdown(r: dict) -> str:
+    lines = [f"`python tools/reliability_report.py --hostile` (JSON: `bench/results/hostile.json`): each case in a "
+             f"subprocess with {r['memory_limit_mb']:,} MB of address space and at most {r['time_limit_s']} s.", "",
+             "| class | named cases | generated examples | tests | passed | failed |", "|---|---:|---:|---:|---:|---:|"]
+    for kind, f in r["by_class"].items():
+        lines.append(f"| {kind} | {f['cases']} | {f['generated']} | {f['tests']} | {f['passed']} | {len(f['failed'])} |")
+    total = {k: sum(f[k] if k != "failed" else len(f[k]) for f in r["by_class"].values())
+             for k in ("cases", "generated", "tests", "passed", "failed")}
+    lines.append(f"| **total** | **{total['cases']}** | **{total['generated']}** | **{total['tests']}** | "
+                 f"**{total['passed']}** | **{total['failed']}** |")
+    return "\n".join(lines) + "\n"
+
+
+def write_block(begin: str, end: str, md: str) -> None:
+    """Replace what lies between the markers ``begin`` and ``end`` in docs/reliability.md with ``md``."""
+    text = inv.DOC.read_text(encoding="utf-8")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    inv.DOC.write_text(f"{head}{begin}\n{md}{end}{tail}", encoding="utf-8")
+
+
+def write_limits() -> None:
+    from glassllm.limits import markdown_table
+
+    write_block(LIMITS_BEGIN, LIMITS_END, markdown_table())
+
+
 def write_classroom(md: str) -> None:
     text = inv.DOC.read_text(encoding="utf-8")
     head, rest = text.split(CLASSROOM_BEGIN, 1)
@@ -299,6 +367,8 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="only regenerate the inventory table in the doc")
     parser.add_argument("--classroom", action="store_true",
                         help="only rewrite the classroom figures from bench/results/classroom.json")
+    parser.add_argument("--hostile", action="store_true",
+                        help="only run the hostile-input cases and rewrite their figures and the limits table")
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--fuzz-examples", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=20)
@@ -309,6 +379,13 @@ def main(argv=None) -> int:
     if args.classroom:
         write_classroom(classroom_markdown(json.loads(CLASSROOM.read_text(encoding="utf-8"))))
         return 0
+    if args.hostile:
+        write_limits()
+        hostile = run_hostile()
+        HOSTILE_RESULTS.write_text(json.dumps(hostile, indent=1) + "\n", encoding="utf-8")
+        write_block(HOSTILE_BEGIN, HOSTILE_END, hostile_markdown(hostile))
+        print(hostile_markdown(hostile))
+        return 0 if hostile["returncode"] == 0 else 1
     if args.table:
         figures, cases, outcomes = run_inventory(subprocesses=False)
         write_table(cases, outcomes)
@@ -318,18 +395,23 @@ def main(argv=None) -> int:
     report = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "load_average_at_start": os.getloadavg()}
-    log("1/4 bad inputs ...")
+    log("1/5 bad inputs ...")
     report["inventory"], cases, outcomes = run_inventory()
     write_table(cases, outcomes)
     log(json.dumps(report["inventory"], indent=1))
-    log(f"2/4 {args.kills} SIGKILLs ...")
+    log(f"2/5 {args.kills} SIGKILLs ...")
     report["kills"] = run_kills(args.kills, args.seed)
     log(json.dumps(report["kills"]))
-    log(f"3/4 fuzzing, {args.fuzz_examples} examples per property ...")
+    log(f"3/5 fuzzing, {args.fuzz_examples} examples per property ...")
     report["fuzz"] = run_fuzz(args.fuzz_examples)
     log(json.dumps(report["fuzz"], indent=1))
-    log(f"4/4 load: {args.clients} clients x {args.seconds:.0f} s ...")
+    log(f"4/5 load: {args.clients} clients x {args.seconds:.0f} s ...")
     report["load"] = run_load(args.clients, args.seconds)
+    log("5/5 hostile inputs ...")
+    write_limits()
+    report["hostile"] = run_hostile()
+    HOSTILE_RESULTS.write_text(json.dumps(report["hostile"], indent=1) + "\n", encoding="utf-8")
+    write_block(HOSTILE_BEGIN, HOSTILE_END, hostile_markdown(report["hostile"]))
     report["load_average_at_end"] = os.getloadavg()
     RESULTS.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     md = figures_markdown(report)
@@ -337,7 +419,7 @@ def main(argv=None) -> int:
     print(md)
     ok = (all(f["passed"] == f["cases"] for f in report["inventory"]["entries"].values())
           and report["kills"]["corrupted"] == 0 and report["kills"]["exact"] and report["fuzz"]["failures"] == 0
-          and report["load"]["server_errors"] == 0)
+          and report["load"]["server_errors"] == 0 and report["hostile"]["returncode"] == 0)
     return 0 if ok else 1
 
 

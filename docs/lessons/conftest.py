@@ -45,6 +45,8 @@ import re
 from contextlib import redirect_stdout
 
 import numpy as np
+import pytest
+from glassllm_testing import missing_message, strict
 from sybil import Region, Sybil
 from sybil.parsers.markdown import SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
@@ -121,8 +123,15 @@ def bundled_model_missing() -> bool:
 
 
 def module_missing(name: str) -> bool:
-    """True when the module ``name`` (an optional reference such as ``torch``) cannot be imported."""
-    return importlib.util.find_spec(name) is None
+    """True when the module ``name`` (an optional reference such as ``torch``) cannot be imported.
+
+    Under the test suite's skip policy (CI: :func:`glassllm_testing.strict`) a missing module fails the
+    block instead, naming the package."""
+    if importlib.util.find_spec(name) is not None:
+        return False
+    if strict():
+        pytest.fail(missing_message(name), pytrace=False)
+    return True
 
 
 def _setup(namespace: dict) -> None:

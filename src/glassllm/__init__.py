@@ -1,7 +1,8 @@
 """glassllm: a glass-box LLaMA-style language model in NumPy.
 
 ``glassllm.show(prompt)`` shows the inspector inline in a Jupyter notebook (see
-:func:`glassllm.inspector.notebook.show`); it is imported on first use, so
+:func:`glassllm.inspector.notebook.show`), ``glassllm.show_attention(weights, tokens)``
+any model's attention weights; both are imported on first use, so
 ``import glassllm`` needs NumPy alone.
 """
 
@@ -15,3 +16,10 @@ def show(prompt: str, model=None, tokenizer=None, **options):
     import importlib
 
     return importlib.import_module("glassllm.inspector.notebook").show(prompt, model, tokenizer, **options)
+
+
+def show_attention(attention, tokens, **options):
+    """Attention weights of any model in the inspector, offline: see :func:`glassllm.inspector.notebook.show_attention`."""
+    import importlib
+
+    return importlib.import_module("glassllm.inspector.notebook").show_attention(attention, tokens, **options)

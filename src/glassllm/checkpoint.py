@@ -24,15 +24,14 @@ The file helpers (``atomic_write``, ``atomic_path``, ``make_folder``,
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 from .config import ModelConfig
-from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, make_folder, read_head, refuse_to_replace,
-                    starts_like_safetensors)
+from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, check_header_entries, encode_safetensors,
+                    make_folder, read_head, read_safetensors, refuse_to_replace, starts_like_safetensors)
+from .limits import parse_json
 from .nn import Transformer, model_dtype
 from .tokenizing import TextTokenizer, tokenizer_from_json
 
@@ -45,7 +44,6 @@ __all__ = [
 FORMAT = "glassllm-model"
 VERSION = "1"
 _DTYPES = {"F32": np.float32, "F64": np.float64}
-MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (see _check_tables)
 
 
 # ----------------------------------------------------------------------------
@@ -54,8 +52,6 @@ MAX_TABLE_BYTES = 64 << 20   # position tables a small model file may ask for (s
 
 def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -> None:
     """Write ``model`` and ``tokenizer`` as one model file at ``path`` (atomically)."""
-    from safetensors.numpy import save
-
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a glassllm Transformer, got {type(model).__name__}")
     if not isinstance(tokenizer, TextTokenizer):
@@ -75,7 +71,7 @@ def save_model(path, model, tokenizer, metadata: dict[str, str] | None = None) -
             raise ValueError(f"metadata key {key!r} is reserved")
         meta[key] = str(value)
     tensors = {name: np.ascontiguousarray(p) for name, p in model.state_dict().items()}
-    atomic_write(path, save(tensors, metadata=meta))
+    atomic_write(path, encode_safetensors(tensors, meta))
 
 
 def read_header(path) -> tuple[dict, dict[str, str]]:
@@ -102,33 +98,19 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
                              f"{_looks_like(head) or f'bad safetensors header length {n}'}")
         raw = f.read(n)
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        header = parse_json(raw, "its header", max_bytes=MAX_HEADER_BYTES)
+    except ValueError:
         raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not JSON") from None
     if not isinstance(header, dict):
         raise ValueError(f"{str(path)!r} is not a glassllm model file: its header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a glassllm model file (metadata format is "
-                         f"{meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT!r})")
+                         f"{meta.get('format') if isinstance(meta, dict) else None!r:.40}, expected {FORMAT!r})")
     if meta.get("version") != VERSION:
-        raise ValueError(f"{str(path)!r} has model file version {meta.get('version')!r}; this glassllm reads {VERSION!r}")
-    data_len = size - 8 - n
-    for name, info in header.items():
-        ok = (isinstance(info, dict) and isinstance(info.get("shape"), list)
-              and all(isinstance(s, int) and s >= 0 for s in info["shape"])
-              and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2)
-        if not ok:
-            raise ValueError(f"{str(path)!r}: tensor {name!r} has a malformed header entry")
-        lo, hi = info["data_offsets"]
-        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
-            raise ValueError(f"{str(path)!r}: tensor {name!r} points outside the file (truncated?)")
-        dtype = info.get("dtype")
-        if not (isinstance(dtype, str) and dtype in _DTYPES):
-            raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r:.40}, expected F32 or F64")
-        if hi - lo != np.dtype(_DTYPES[dtype]).itemsize * math.prod(info["shape"]):
-            raise ValueError(f"{str(path)!r}: tensor {name!r} claims shape {tuple(info['shape'])} "
-                             f"but holds {hi - lo} bytes")
+        raise ValueError(f"{str(path)!r} has model file version {meta.get('version')!r:.40}; "
+                         f"this glassllm reads {VERSION!r}")
+    check_header_entries(header, meta, size - 8 - n, str(path), tuple(_DTYPES))
     return header, meta
 
 
@@ -155,10 +137,9 @@ def load_model(path, dtype=None):
     """Load a model file: returns ``(model, tokenizer, metadata)``.
 
     Every tensor's name, dtype and shape is checked against the stored config
-    before any data is read. ``dtype`` casts the parameters (default: as stored).
+    before any data is read. ``dtype`` casts the parameters (default: as stored). The tensors are read
+    with NumPy alone (:func:`glassllm.files.read_safetensors`).
     """
-    from safetensors import safe_open
-
     if dtype is not None:
         dtype = model_dtype(dtype)
     header, meta = read_header(path)
@@ -188,37 +169,16 @@ def load_model(path, dtype=None):
     missing = sorted(set(expected) - set(header))
     if missing:
         raise ValueError(f"{name!r}: missing tensor {missing[0]!r}")
-    _check_tables(config, path, name)
+    config.check_tables(Path(path).stat().st_size, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
-    state = {}
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            for key in expected:
-                state[key] = f.get_tensor(key)
-    except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"{name!r}: cannot read tensors: {e}") from None
+    state = read_safetensors(path, set(expected))
     model = Transformer(config, seed=0, dtype=target)
     try:
         model.load_state_dict(state)
     except ValueError as e:
         raise ValueError(f"{name!r}: {e}") from None
     return model, tokenizer, meta
-
-
-def _check_tables(config: ModelConfig, path, name: str) -> None:
-    """Refuse a config whose position tables would dwarf the weights the file holds.
-
-    The rotary cos/sin tables (and a KV cache) grow with ``max_seq_len``, which
-    costs no bytes in the file: a crafted config could ask for billions of
-    positions. Their size may not exceed the file's size or 64 MiB, whichever is larger.
-    """
-    table = config.max_seq_len * config.head_dim * 16                  # cos, sin: float64 + a cast copy
-    budget = max(Path(path).stat().st_size, MAX_TABLE_BYTES)
-    if table > budget:
-        raise ValueError(f"{name!r}: max_seq_len={config.max_seq_len} needs {table / 2**20:.0f} MiB of "
-                         f"position tables, more than this file's weights justify "
-                         f"(at most {budget // (config.head_dim * 16)} positions)")
 
 
 def bundled_model_path() -> Path:

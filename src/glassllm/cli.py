@@ -11,14 +11,36 @@ line on stderr and exit code 2, as argparse does for bad options. An empty
 string where a file or folder is expected is refused before any work (it would
 otherwise mean the current folder). A library error that names a parameter
 (:class:`~glassllm.checks.ParameterError`) names the option that set it instead:
-``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`).
+``--top-k``, not ``top_k`` (:func:`glassllm.commands.option_for`). A command that needs an optional
+package which is not installed says which extra brings it, in one line, with exit code 2
+(:class:`glassllm.optional.MissingExtra`).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
+import signal
 import sys
+
+
+def _interrupted_early(signum, frame):  # noqa: ARG001
+    """Ctrl-C while the ``glassllm`` command is still importing: one line and exit 130, no traceback
+    (:func:`main` puts Python's own handler back once it runs)."""
+    os.write(2, b"glassllm: interrupted\n")
+    os._exit(130)
+
+
+# First of all, in the glassllm command only (not in a program that imports this module), and only when
+# no other handler was chosen: Ctrl-C during the imports below ends the command with one line.
+if (os.path.basename(sys.argv[0] if sys.argv else "") in ("glassllm", "__main__.py")
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+    signal.signal(signal.SIGINT, _interrupted_early)
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+
+# Freed to make room for the last line when memory runs out (formatting a message needs a little).
+_RESERVE = bytearray(1 << 20)
 
 # Options whose values are files or folders, by their metavar: "" is refused for all of them.
 PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
@@ -33,6 +55,8 @@ COMMANDS = {
     "export": ("glassllm.commands.export", "export a model file to another format (Hugging Face)"),
     "import": ("glassllm.commands.import_model", "open a Llama you have (Hugging Face folder, GGUF, llama2.c) as a model file"),
     "import-hf": ("glassllm.commands.import_model", "import a Hugging Face Llama folder as a model file (as import)"),
+    "trace": ("glassllm.commands.trace", "print one snapshot of a forward pass: a labelled matrix, JSON or .npy"),
+    "snapshots": ("glassllm.commands.trace", "list every snapshot name with its shape and equation"),
     "check": ("glassllm.commands.check", "check your answer to a write-it-yourself exercise"),
 }
 
@@ -70,7 +94,58 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    """Run one ``glassllm`` command; the exit code. Whatever happens, the user sees at most one line:
+    Ctrl-C at any moment gives ``interrupted`` and 130, running out of memory (even while an error
+    is being reported) ``not enough memory`` and 2."""
+    global _RESERVE
+    command = "glassllm"
+    try:
+        argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+        command = f"glassllm {argv[0]}" if argv and argv[0] in COMMANDS else "glassllm"
+        return _main(argv)
+    except KeyboardInterrupt:
+        _last_line(f"{command}: interrupted")
+        return 130
+    except MemoryError:
+        _RESERVE = None
+        _last_line(f"{command}: error: not enough memory")
+        return 2
+    except RecursionError:
+        _last_line(f"{command}: error: the input is nested too deeply")
+        return 2
+    except Exception as e:
+        if _interrupted_inside(e):               # an import that turned Ctrl-C into an ImportError (NumPy's)
+            _last_line(f"{command}: interrupted")
+            return 130
+        raise
+
+
+def _interrupted_inside(e: BaseException) -> bool:
+    """Did ``e`` arise from a Ctrl-C (a KeyboardInterrupt in its chain of causes)?"""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _last_line(text: str) -> None:
+    """Write ``text`` and a newline to stderr with as little work as possible (no formatting of anything
+    large: it may run when memory is exhausted)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+        return
+    except Exception:  # noqa: BLE001 -- no memory to format, or a broken stderr: write the bytes directly
+        pass
+    try:
+        os.write(2, text.encode("utf-8", "replace") + b"\n")
+    except (OSError, MemoryError):
+        pass
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.command_line = ["glassllm", *argv]       # what was typed, for the records a command keeps
@@ -85,10 +160,13 @@ def main(argv=None) -> int:
 
     from .checks import ParameterError
     from .commands import option_for
+    from .optional import MissingExtra
 
     if args.command in KEEP_FREED_MEMORY:
         from .heap import keep_freed_memory
         keep_freed_memory()
+    if signal.getsignal(signal.SIGINT) is _interrupted_early:   # imports done: Ctrl-C may now stop the work
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # cleanly (KeyboardInterrupt, caught above)
     try:
         # NumPy's overflow warnings would only add noise: a NaN or an infinity that matters is
         # caught where it arises and reported as one line (generate, eval, train check for them).
@@ -102,15 +180,14 @@ def main(argv=None) -> int:
         text = e.as_option(option, lambda name: option_for(sub, name) or name) if option else e
         print(f"glassllm {args.command}: error: {_one_line(text)}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, OSError, OverflowError) as e:
+    except (ValueError, TypeError, OSError, OverflowError, MissingExtra) as e:
         print(f"glassllm {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except MemoryError as e:
-        print(f"glassllm {args.command}: error: not enough memory: {_one_line(e)}", file=sys.stderr)
+        global _RESERVE
+        _RESERVE = None                          # room to format the line
+        print(f"glassllm {args.command}: error: not enough memory: {_one_line(e)[:200]}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"glassllm {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 def _empty_path_option(parser: argparse.ArgumentParser, args) -> str | None:

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from .checks import ParameterError, ParameterTypeError
+from .limits import over_limit, parse_json
 
 __all__ = ["JsonConfig", "ModelConfig"]
 
@@ -70,13 +71,15 @@ class JsonConfig:
 
     @classmethod
     def from_json(cls, s: str):
-        try:
-            d = json.loads(s)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{cls.KIND} is not valid JSON: {e}") from None
-        except RecursionError:
-            raise ValueError(f"{cls.KIND} is not valid JSON: nested too deeply") from None
+        d = parse_json(s, cls.KIND)
         return cls.from_dict(d)
+
+
+MAX_TABLE_BYTES = 64 << 20   # position tables any model file may ask for (ModelConfig.check_tables)
+
+# Each size's entry in glassllm.limits.LIMITS (vocab_size has its own bound below: uint16 ids).
+_LIMIT_OF = {"dim": "width", "n_layers": "layers", "n_heads": "heads", "n_kv_heads": "heads", "ffn_dim": "ffn",
+             "max_seq_len": "context"}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class ModelConfig(JsonConfig):
                 raise ParameterTypeError(name, f"must be an int, got {value!r}", owner="ModelConfig")
             if value < 1:
                 raise ParameterError(name, f"must be >= 1, got {value}", owner="ModelConfig")
+            problem = name != "vocab_size" and over_limit(value, _LIMIT_OF[name])
+            if problem:                                     # glassllm.limits: checked before anything is built
+                raise ParameterError(name, problem, owner="ModelConfig")
         for name in ("norm_eps", "rope_theta"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
@@ -130,6 +136,46 @@ class ModelConfig(JsonConfig):
     def n_rep(self) -> int:
         """How many query heads share one key/value head."""
         return self.n_heads // self.n_kv_heads
+
+    @property
+    def n_params(self) -> int:
+        """How many numbers the parameters hold, by arithmetic (nothing is built).
+
+        >>> ModelConfig().n_params == sum(math.prod(s) for s in ModelConfig().param_shapes().values())
+        True
+        """
+        C, F, D = self.dim, self.ffn_dim, self.head_dim
+        per_layer = 2 * C + self.n_heads * D * C * 2 + 2 * self.n_kv_heads * D * C + 3 * F * C
+        return 2 * self.vocab_size * C + C + self.n_layers * per_layer
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of the rotary position tables a model of this config builds: cos and sin, float64 and a
+        float32 copy, for every position (they cost nothing in a file, so readers weigh them against it)."""
+        return self.max_seq_len * (self.head_dim // 2) * 2 * (8 + 4)
+
+    def check_tables(self, file_bytes: int, where: str) -> None:
+        """Refuse a config whose position tables would dwarf the weights its file holds.
+
+        The rotary tables (and a KV cache) grow with ``max_seq_len``, which costs no bytes in a
+        file: a crafted config could ask for millions of positions for a model of a few KB. Their
+        size (:attr:`table_bytes`) may not exceed the file's ``file_bytes`` or 64 MiB, whichever is
+        larger; a ``ValueError`` line naming ``where`` otherwise.
+        """
+        budget = max(file_bytes, MAX_TABLE_BYTES)
+        if self.table_bytes > budget:
+            per = self.table_bytes // self.max_seq_len
+            raise ValueError(f"{where!r}: max_seq_len={self.max_seq_len} needs {self.table_bytes / 2**20:.0f} MiB of "
+                             f"position tables, more than this file's weights justify (at most {budget // per} positions)")
+
+    def check_weights_fit(self, file_bytes: int, bytes_per_value: float, where: str, tied: bool = False) -> None:
+        """Refuse a file of ``file_bytes`` that cannot hold this config's :attr:`n_params` values of at
+        least ``bytes_per_value`` bytes each (``tied``: the output head is the embedding, stored once)."""
+        need = math.ceil((self.n_params - (self.vocab_size * self.dim if tied else 0)) * bytes_per_value)
+        if need > file_bytes:
+            raise ValueError(f"{where!r}: its config (dim={self.dim}, n_layers={self.n_layers}, vocab_size="
+                             f"{self.vocab_size}, ffn_dim={self.ffn_dim}) needs {self.n_params:,} weights, at least "
+                             f"{need:,} bytes, but the file holds {file_bytes:,}; expected a complete checkpoint")
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's name (LLaMA's, as :mod:`glassllm.nn` names them) and shape, from

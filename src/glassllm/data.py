@@ -16,6 +16,11 @@ The pipeline, one function each:
    position in the data is the generator's state, which it exports and
    restores exactly.
 
+Stories that ship with glassllm, for training offline: ``--data glassllm:stories``
+(4,000 TinyStories stories, 3.4 MB of text) and ``glassllm:stories-heldout`` (200 other
+stories), read from the package's compressed files (:data:`SHIPPED_SOURCES`; their origin and
+licence: ``assets/STORIES_NOTICE.md``). ``glassllm train`` uses them when given no ``--data``.
+
 TinyStories from the Hugging Face hub (:func:`fetch_hub_file`) for users with
 internet: ``--data tinystories:train`` downloads ``TinyStoriesV2-GPT4-train.txt``
 from the dataset ``roneneldan/TinyStories`` (about 2 GB; ``tinystories:valid``
@@ -33,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import lzma
 import os
 import re
 import urllib.error
@@ -43,11 +49,13 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_path, make_folder
+from .optional import require
 from .tokenizer import EOT, folder_texts
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler", "doc_start_id", "doc_starts",
     "HUB_SOURCES", "hub_url", "fetch_hub_file", "hub_source", "resolve_sources", "default_cache_dir",
+    "SHIPPED_SOURCES", "DEFAULT_TRAIN", "DEFAULT_VALID", "shipped_source", "shipped_text",
 ]
 
 CACHE_FORMAT = "glassllm-token-cache v2"   # v2: an end-of-text id between files that lack one
@@ -310,6 +318,41 @@ class WindowSampler:
 
 
 # ----------------------------------------------------------------------------
+# Stories that ship with glassllm
+# ----------------------------------------------------------------------------
+
+ASSETS = Path(__file__).parent / "assets"
+# --data spec -> the compressed file in the package
+SHIPPED_SOURCES = {"glassllm:stories": ASSETS / "stories.txt.xz",
+                   "glassllm:stories-heldout": ASSETS / "stories-heldout.txt.xz"}
+DEFAULT_TRAIN, DEFAULT_VALID = "glassllm:stories", "glassllm:stories-heldout"   # train's --data, --valid
+
+
+def shipped_source(spec) -> Path | None:
+    """The package's compressed file when a ``--data`` spec names shipped stories; None otherwise."""
+    return SHIPPED_SOURCES.get(str(spec))
+
+
+def shipped_text(spec, folder) -> Path:
+    """The shipped stories ``spec`` as a text file in ``folder`` (decompressed once, atomically)."""
+    source = shipped_source(spec)
+    if source is None:
+        raise ValueError(f"{spec!r} is not a story file that ships with glassllm; expected one of "
+                         f"{', '.join(SHIPPED_SOURCES)}")
+    if not source.is_file():
+        raise ValueError(f"{spec}: {str(source)!r} is missing from this installation of glassllm")
+    target = make_folder(folder) / source.name.removesuffix(".xz")
+    if not target.is_file() or target.stat().st_mtime < source.stat().st_mtime:
+        try:
+            data = lzma.decompress(source.read_bytes())
+        except lzma.LZMAError as e:
+            raise ValueError(f"{spec}: {str(source)!r} cannot be decompressed ({e})") from None
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
+    return target
+
+
+# ----------------------------------------------------------------------------
 # The Hugging Face hub
 # ----------------------------------------------------------------------------
 
@@ -380,24 +423,28 @@ def fetch_hub_file(repo: str, filename: str, dest_dir, revision: str = "main", e
 
 
 def _progress_bar(total, name, enabled):
-    from tqdm import tqdm
+    tqdm = require("tqdm", "a download's progress bar").tqdm
     return tqdm(total=total, desc=f"download {name}", unit="B", unit_scale=True, disable=not enabled)
 
 
 def resolve_sources(specs, cache_dir=None, endpoint: str | None = None, progress: bool = True) -> list[Path]:
     """Turn ``--data`` arguments into local files, fetching hub sources first.
 
-    A spec is a local file or folder, an alias from :data:`HUB_SOURCES`
-    (``tinystories:train`` ...) or ``hf:OWNER/NAME/FILE`` (a file of any hub dataset).
+    A spec is a local file or folder, stories that ship with glassllm (:data:`SHIPPED_SOURCES`:
+    ``glassllm:stories``), an alias from :data:`HUB_SOURCES` (``tinystories:train`` ...) or
+    ``hf:OWNER/NAME/FILE`` (a file of any hub dataset).
     """
     if isinstance(specs, (str, os.PathLike)):
         specs = [specs]
-    hub_dir = Path(cache_dir or default_cache_dir()) / "hub"
+    cache = Path(cache_dir or default_cache_dir())
     local = []
     for spec in specs:
         hub = hub_source(spec)
-        local.append(Path(spec) if hub is None else
-                     fetch_hub_file(*hub, hub_dir, endpoint=endpoint, progress=progress))
+        if shipped_source(spec) is not None:
+            local.append(shipped_text(spec, cache / "shipped"))
+        else:
+            local.append(Path(spec) if hub is None else
+                         fetch_hub_file(*hub, cache / "hub", endpoint=endpoint, progress=progress))
     return expand_paths(local)
 
 

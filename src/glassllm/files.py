@@ -1,4 +1,4 @@
-"""Files, at the ground floor: atomic writes, folders, and reading safetensors without torch.
+"""Files, at the ground floor: atomic writes, folders, and safetensors read and written with NumPy alone.
 
 Every file glassllm writes goes through :func:`atomic_path` or :func:`atomic_write`:
 the data goes to a temporary file in the same folder, is flushed to disk and
@@ -27,10 +27,13 @@ import numpy as np
 
 __all__ = [
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
-    "read_safetensors", "MAX_HEADER_BYTES",
+    "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "read_tagged", "MAX_HEADER_BYTES",
+    "safetensors_header", "check_header_entries",
 ]
 
-MAX_HEADER_BYTES = 16 << 20  # a safetensors header of a model is a few KB; refuse anything absurd
+from .limits import LIMITS, limit, parse_json
+
+MAX_HEADER_BYTES = limit("header_bytes")  # a safetensors header of a model is a few KB; refuse anything absurd
 
 
 @contextmanager
@@ -165,63 +168,140 @@ def starts_like_safetensors(head: bytes) -> bool:
     return len(head) >= 9 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") <= MAX_HEADER_BYTES
 
 
-_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16}
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": np.uint16,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+              "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+_NP_TO_ST = {np.dtype(t): name for name, t in _ST_DTYPES.items() if name != "BF16"}
+
+
+def encode_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    """The safetensors file that holds ``tensors`` (and the string pairs ``metadata``), as bytes.
+
+    The format's layout: the header's length (8 bytes, little-endian), the JSON header (padded with
+    spaces to a multiple of 8 bytes), then every tensor's bytes, little-endian and C-ordered, with no
+    gaps; larger items first, so that every tensor starts aligned to its item size.
+    """
+    meta = dict(metadata or {})
+    bad = next((k for k, v in meta.items() if not (isinstance(k, str) and isinstance(v, str))), None)
+    if bad is not None:
+        raise TypeError(f"safetensors metadata must map str to str; {bad!r} -> {type(meta[bad]).__name__}")
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    header: dict = {"__metadata__": meta} if meta else {}
+    chunks, offset = [], 0
+    for name in sorted(arrays, key=lambda k: (-arrays[k].dtype.itemsize, k)):
+        a = arrays[name]
+        if a.dtype not in _NP_TO_ST:
+            raise TypeError(f"tensor {name!r} has dtype {a.dtype}; safetensors holds "
+                            f"{', '.join(str(d) for d in _NP_TO_ST)}")
+        raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": _NP_TO_ST[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def read_safetensors_metadata(path) -> dict[str, str]:
+    """The ``__metadata__`` string pairs of a safetensors file (empty if it has none), without its tensors.
+
+    A file that is not safetensors is one ``ValueError`` line naming it.
+    """
+    return dict(safetensors_header(path)[1])
 
 
 def read_tagged(path, fmt: str, version: str, what: str) -> tuple[dict[str, str], dict[str, np.ndarray]]:
     """The metadata and tensors of a safetensors file whose metadata says ``format`` ``fmt`` and
     ``version`` ``version`` (glassllm's training states and timelines are such files). Anything
-    else, or a file safetensors cannot read, is one ``ValueError`` line naming the file and ``what``
+    else, or a file that is not safetensors, is one ``ValueError`` line naming the file and ``what``
     it should have been."""
-    from safetensors import safe_open
-
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != fmt or meta.get("version") != version:
-                raise ValueError(f"{str(path)!r} is not {what} "
-                                 f"(format {meta.get('format')!r} v{meta.get('version')!r})")
-            return meta, {k: f.get_tensor(k) for k in f.keys()}
-    except ValueError:
-        raise
-    except Exception as e:  # safetensors' own error types
-        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
+        meta = read_safetensors_metadata(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise ValueError(f"{str(path)!r} is not {what} (format {meta.get('format')!r} v{meta.get('version')!r})")
+    try:
+        return meta, read_safetensors(path)
+    except ValueError as e:
+        raise ValueError(f"cannot read {what}: {e}") from None
+
+
+def safetensors_header(path, dtypes=tuple(_ST_DTYPES)) -> tuple[dict, dict, int]:
+    """``(entries, metadata, data_start)`` of the safetensors file ``path``: its header read, bounded
+    (:mod:`glassllm.limits`) and checked entry by entry (:func:`check_header_entries`) before any tensor
+    data is touched. Anything malformed is one ``ValueError`` line naming the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if n < 2 or 8 + n > size or n > MAX_HEADER_BYTES:
+            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
+        raw = f.read(n)
+    try:
+        header = parse_json(raw, "its header", max_bytes=MAX_HEADER_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{str(path)!r} is not a safetensors file: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
+    meta = header.pop("__metadata__", None) or {}
+    check_header_entries(header, meta, size - 8 - n, str(path), dtypes)
+    return header, meta, 8 + n
+
+
+def check_header_entries(header: dict, meta, data_len: int, where: str, dtypes) -> None:
+    """Every entry of a safetensors header (name -> ``{"dtype", "shape", "data_offsets"}``) well formed:
+    at most ``LIMITS["tensors"]`` of them, a dtype in ``dtypes``, a shape of at most
+    ``LIMITS["dims"]`` non-negative ints, offsets inside the ``data_len`` bytes of data that span
+    exactly the shape's bytes; the metadata str -> str. One ``ValueError`` line naming ``where``."""
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+        raise ValueError(f"{where!r}: its __metadata__ must map strings to strings")
+    if len(header) > limit("tensors"):
+        raise ValueError(f"{where!r}: its header lists {len(header):,} tensors, over the limit of "
+                         f"{limit('tensors'):,}")
+    claimed = 0
+    for name, info in header.items():
+        shape = info.get("shape") if isinstance(info, dict) else None
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        ok = (isinstance(shape, list) and len(shape) <= limit("dims")
+              and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+              and isinstance(offsets, list) and len(offsets) == 2)
+        if not ok:
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} has a malformed header entry (expected dtype, "
+                             f"a shape of at most {LIMITS['dims'].value} sizes and two data_offsets)")
+        lo, hi = offsets
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} points outside the file (truncated?)")
+        dtype = info.get("dtype")
+        if not (isinstance(dtype, str) and dtype in dtypes):
+            expected = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}" if len(dtypes) > 1 else dtypes[0]
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} has dtype {dtype!r:.40}, expected {expected}")
+        if hi - lo != np.dtype(_ST_DTYPES[dtype]).itemsize * math.prod(shape):
+            raise ValueError(f"{where!r}: tensor {name[:40]!r} claims shape {tuple(shape)} "
+                             f"but holds {hi - lo} bytes")
+        claimed += hi - lo
+    if claimed > data_len:                 # offsets that overlap would make a few bytes read as many tensors
+        raise ValueError(f"{where!r}: its tensors claim {claimed:,} bytes but the file holds {data_len:,} "
+                         "(overlapping data offsets); expected each tensor's own bytes")
 
 
 def read_safetensors(path, wanted: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file (or those named in ``wanted``) as float32/float64 arrays.
 
     Read with the standard library and NumPy only (no torch, never a pickle): F32 and F64 keep their
-    type, F16 and BF16 are widened to float32 exactly. A malformed header or a tensor whose offsets do
+    type, F16 and BF16 are widened to float32 exactly; integer and BOOL tensors keep their type. A malformed header or a tensor whose offsets do
     not fit the file is one ``ValueError`` line naming the file.
     """
-    path = Path(path)
-    size = path.stat().st_size
+    header, _, start = safetensors_header(path)
+    out = {}
     with open(path, "rb") as f:
-        head = f.read(8)
-        n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if n < 2 or 8 + n > size:
-            raise ValueError(f"{str(path)!r} is not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not JSON)") from None
-        if not isinstance(header, dict):
-            raise ValueError(f"{str(path)!r} is not a safetensors file (header is not an object)")
-        header.pop("__metadata__", None)
-        out = {}
         for name, info in header.items():
             if wanted is not None and name not in wanted:
                 continue
-            dtype = info.get("dtype") if isinstance(info, dict) else None
-            if dtype not in _ST_DTYPES:
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has dtype {dtype!r}; expected F32, F64, F16 or BF16")
-            shape = tuple(info["shape"])
+            dtype, shape = info["dtype"], tuple(info["shape"])
             lo, hi = info["data_offsets"]
-            item = np.dtype(_ST_DTYPES[dtype]).itemsize
-            if not (0 <= lo <= hi <= size - 8 - n) or hi - lo != item * math.prod(shape):
-                raise ValueError(f"{str(path)!r}: tensor {name!r} has bad data offsets (truncated file?)")
-            f.seek(8 + n + lo)
+            f.seek(start + lo)
             raw = np.frombuffer(f.read(hi - lo), dtype=np.dtype(_ST_DTYPES[dtype]).newbyteorder("<"))
             if dtype == "BF16":  # bfloat16 is the top half of a float32
                 arr = (raw.astype(np.uint32) << 16).view(np.float32)

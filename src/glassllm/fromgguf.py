@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
+from .limits import check_count, check_fits
+from .optional import require
 
 __all__ = ["read_gguf", "GGUF_NAMES"]
 
@@ -64,15 +66,16 @@ def GGUF_NAMES(n_layers: int) -> dict[str, str]:
 
 
 def _open(path: Path):
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     try:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(24)
     except OSError as e:
         raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
-    if head != MAGIC:
-        raise ValueError(f"{str(path)!r} is not a GGUF file: it starts with {head!r}, expected {MAGIC!r}")
+    if head[:4] != MAGIC:
+        raise ValueError(f"{str(path)!r} is not a GGUF file: it starts with {head[:4]!r}, expected {MAGIC!r}")
+    check_counts(head, path.stat().st_size, str(path))
     try:
         reader = gguf.GGUFReader(str(path), "r")
     except Exception as e:                                      # gguf raises several kinds on a bad file
@@ -85,13 +88,35 @@ def _open(path: Path):
     return reader
 
 
+# The fewest bytes one entry of a GGUF header can take: a metadata key (a length, one character, a type,
+# a one-byte value) and a tensor's description (a name, one dimension, a type and an offset).
+_MIN_KV_BYTES, _MIN_TENSOR_BYTES = 8 + 1 + 4 + 1, 8 + 1 + 4 + 8 + 4 + 8
+_MIN_BYTES_PER_WEIGHT = 34 / 32                                  # Q8_0, the smallest type glassllm reads
+
+
+def check_counts(head: bytes, size: int, where: str) -> None:
+    """The counts a GGUF header opens with (version, tensors, metadata keys), bounded by
+    :mod:`glassllm.limits` and by the file's ``size`` before any reader loops over them."""
+    if len(head) < 24:
+        raise ValueError(f"{where!r} is truncated: {len(head)} bytes, less than a GGUF header (24)")
+    order = "little" if int.from_bytes(head[4:8], "little") & 0xFFFF else "big"     # as gguf's reader decides
+    version = int.from_bytes(head[4:8], order)
+    n_tensors, n_kv = int.from_bytes(head[8:16], order), int.from_bytes(head[16:24], order)
+    if version not in (2, 3):
+        raise ValueError(f"{where!r}: GGUF version {version} is not supported; expected 2 or 3")
+    check_count("tensor_count", n_tensors, "tensors", repr(where))
+    check_count("metadata_kv_count", n_kv, "tensors", repr(where))
+    check_fits(24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES, size,
+               f"its {n_kv:,} metadata keys and {n_tensors:,} tensor descriptions", repr(where))
+
+
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
 def read_gguf(path):
     """``(config, state, tokenizer)`` of a Llama GGUF file; ``ValueError`` naming what cannot be held."""
-    import gguf
+    gguf = require("gguf", "reading a GGUF file")
 
     from .sptokenizer import SPTokenizer
 
@@ -141,6 +166,7 @@ def read_gguf(path):
     if not isinstance(tokens, list) or not tokens:
         raise ValueError(f"{where} has no tokenizer.ggml.tokens; expected the vocabulary")
     V = len(tokens)
+    check_count("tokenizer.ggml.tokens", V, "vocabulary", where)
     scores = get("tokenizer.ggml.scores") or [0.0] * V
     types = get("tokenizer.ggml.token_type") or [1] * V
     if len(scores) != V or len(types) != V:
@@ -180,9 +206,8 @@ def read_gguf(path):
         raise ValueError(f"{where}: llama.vocab_size={config.vocab_size} but the tokenizer has {V} tokens; "
                          "expected them equal")
 
-    # The tensors.
+    # The tensors: names and types first, then whether the file can hold them, then their data.
     names = GGUF_NAMES(config.n_layers)
-    state = {}
     for t in reader.tensors:
         if t.name not in names:
             hint = (" (glassllm has no biases)" if t.name.endswith(".bias") else
@@ -192,6 +217,11 @@ def read_gguf(path):
         if kind not in SUPPORTED:
             raise ValueError(f"{where}: tensor {t.name!r} is {kind}; expected one of {', '.join(SUPPORTED)} "
                              "(other quantisations are not supported)")
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
+    config.check_weights_fit(path.stat().st_size, _MIN_BYTES_PER_WEIGHT, where, tied)
+    config.check_tables(path.stat().st_size, where)
+    state = {}
+    for t in reader.tensors:
         try:
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as e:

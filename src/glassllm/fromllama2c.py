@@ -86,7 +86,20 @@ def read_llama2c(path, tokenizer_path=None):
     if C % H or H % G:
         raise ValueError(f"{where}: header says dim={C}, n_heads={H}, n_kv_heads={G}; expected dim divisible by "
                          "n_heads, and n_heads by n_kv_heads")
+    try:                                        # every size against glassllm.limits, before anything is built
+        config = ModelConfig(vocab_size=V, dim=C, n_layers=L, n_heads=H, n_kv_heads=G, ffn_dim=F, max_seq_len=T,
+                             norm_eps=1e-5, rope_theta=10000.0)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
     D = C // H
+    # The file's size, by arithmetic: the weights (the output head unless tied) and the RoPE tables.
+    need = offset + 4 * (config.n_params - (V * C if shared else 0) + (T * (D // 2) * 2 if version == 0 else 0))
+    if need != len(data):
+        layout = "legacy" if version == 0 else "version 1"
+        raise ValueError(f"{where} is {len(data):,} bytes but its {layout} header (dim={C}, hidden_dim={F}, "
+                         f"n_layers={L}, n_heads={H}, n_kv_heads={G}, vocab_size={V}, seq_len={T}, "
+                         f"{'tied' if shared else 'separate'} output) needs {need:,}; expected them equal "
+                         "(a truncated file, or not a llama2.c float32 export)")
     shapes = {"tok_embeddings.weight": (V, C)}
     per_layer = {"attention_norm.weight": (C,), "attention.wq.weight": (C, C), "attention.wk.weight": (G * D, C),
                  "attention.wv.weight": (G * D, C), "attention.wo.weight": (C, C), "ffn_norm.weight": (C,),
@@ -108,13 +121,6 @@ def read_llama2c(path, tokenizer_path=None):
                    "freq_cis_imag": (T, D // 2)})
     for i in range(L):
         shapes.update({f"layers.{i}.{k}": s for k, s in per_layer.items()})
-    need = offset + 4 * sum(int(np.prod(shapes[k])) for k in order)
-    if need != len(data):
-        layout = "legacy" if version == 0 else "version 1"
-        raise ValueError(f"{where} is {len(data):,} bytes but its {layout} header (dim={C}, hidden_dim={F}, "
-                         f"n_layers={L}, n_heads={H}, n_kv_heads={G}, vocab_size={V}, seq_len={T}, "
-                         f"{'tied' if shared else 'separate'} output) needs {need:,}; expected them equal "
-                         "(a truncated file, or not a llama2.c float32 export)")
     state = {}
     for key in order:
         n = int(np.prod(shapes[key]))
@@ -124,11 +130,6 @@ def read_llama2c(path, tokenizer_path=None):
             state[key] = w.astype(np.float32)
     if shared:
         state["output.weight"] = state["tok_embeddings.weight"]
-    try:
-        config = ModelConfig(vocab_size=V, dim=C, n_layers=L, n_heads=H, n_kv_heads=G, ffn_dim=F, max_seq_len=T,
-                             norm_eps=1e-5, rope_theta=10000.0)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: {e}") from None
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else path.with_name("tokenizer.bin")
     if not tok_path.is_file():
         raise ValueError(f"{where}: no tokenizer {str(tok_path)!r}; expected llama2.c's tokenizer.bin beside the "

@@ -71,7 +71,7 @@ from .nn import Transformer
 from .sampling import check_temperature, check_top_k, check_top_p, model_probs, sample, sampling_distribution
 from .tokenizing import TextTokenizer
 
-__all__ = ["Token", "generate", "generate_batch", "generate_text"]
+__all__ = ["Token", "generate", "generate_batch", "generate_text", "prompt_ids"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,12 @@ class Token:
 # Validation (all of it happens before any model work)
 # ----------------------------------------------------------------------------
 
-def _check_prompt(prompt, model: Transformer, tokenizer, where: str = "prompt") -> list[int]:
+def prompt_ids(prompt, model: Transformer, tokenizer, where: str = "prompt") -> list[int]:
+    """The token ids the model reads for ``prompt``: a str encoded with ``tokenizer.encode_prompt``, or ids, checked.
+
+    One rule for every place that takes a prompt (see the module docstring, "Prompts"); a bad prompt raises
+    a :class:`~glassllm.checks.ParameterError` naming ``where``.
+    """
     V = model.config.vocab_size
     if isinstance(prompt, str):
         if tokenizer is None:
@@ -241,7 +246,7 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects {V}")
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ParameterError("prompts", f"must be a non-empty list of prompts, got {prompts!r:.60}")
-    ids = [_check_prompt(p, model, tokenizer, _where or f"prompt {b}") for b, p in enumerate(prompts)]
+    ids = [prompt_ids(p, model, tokenizer, _where or f"prompt {b}") for b, p in enumerate(prompts)]
     max_new = _check_count(max_new_tokens, "max_new_tokens", 1)
     t = check_temperature(temperature)
     k = check_top_k(top_k, V)

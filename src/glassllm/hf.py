@@ -77,7 +77,8 @@ import numpy as np
 
 from .checkpoint import is_model_file, load_model, save_model
 from .config import ModelConfig
-from .files import atomic_write, make_folder, read_safetensors, refuse_to_replace
+from .files import atomic_write, encode_safetensors, make_folder, read_safetensors, refuse_to_replace
+from .limits import MAX_JSON_BYTES, check_count, expect, parse_json
 from .nn import Transformer, model_dtype
 from .sptokenizer import SPTokenizer, load_sentencepiece_model
 from .tokenizer import Tokenizer
@@ -304,28 +305,43 @@ def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: boo
     return state
 
 
-def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
-    """The weights of a Hugging Face folder: ``model.safetensors``, or the shards its index names."""
+def weight_files(folder) -> list[tuple[Path, set[str] | None]]:
+    """The safetensors files of a Hugging Face folder and the tensors to read from each (None: all):
+    ``model.safetensors``, or the shards its index names (the index checked field by field)."""
     folder = Path(folder)
     single, index = folder / "model.safetensors", folder / "model.safetensors.index.json"
     if single.is_file():
-        return read_safetensors(single)
+        return [(single, None)]
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{str(index)!r} is not a safetensors index (no 'weight_map')") from None
-        tensors = {}
+        doc = _read_json(index, "a safetensors index")
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{str(index)!r} is not a safetensors index: its 'weight_map' must be an object "
+                             f"of tensor names to shard files, got {type(weight_map).__name__}")
+        check_count("weight_map", len(weight_map), "tensors", repr(str(index)))
+        bad = next(((k, v) for k, v in weight_map.items() if not isinstance(v, str)), None)
+        if bad:
+            raise ValueError(f"{str(index)!r}: weight_map[{bad[0][:40]!r}] must be a shard file name, "
+                             f"got {type(bad[1]).__name__}")
+        out = []
         for shard in sorted(set(weight_map.values())):
             path = folder / shard
             if not path.is_file() or path.parent != folder:
-                raise ValueError(f"{str(index)!r} names shard {shard!r}, which is not in the folder")
-            tensors.update(read_safetensors(path, {k for k, v in weight_map.items() if v == shard}))
-        return tensors
+                raise ValueError(f"{str(index)!r} names shard {shard[:60]!r}, which is not in the folder")
+            out.append((path, {k for k, v in weight_map.items() if v == shard}))
+        return out
     if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
         raise ValueError(f"{str(folder)!r} holds only pickled weights (.bin/.pt); glassllm reads safetensors "
                          "only (save the model with safe_serialization=True)")
     raise ValueError(f"{str(folder)!r} has no model.safetensors (nor model.safetensors.index.json)")
+
+
+def read_safetensors_dir(folder) -> dict[str, np.ndarray]:
+    """The weights of a Hugging Face folder: ``model.safetensors``, or the shards its index names."""
+    tensors = {}
+    for path, wanted in weight_files(folder):
+        tensors.update(read_safetensors(path, wanted))
+    return tensors
 
 
 # ----------------------------------------------------------------------------
@@ -557,8 +573,6 @@ def export_hf(model_file, out_dir) -> Path:
     glassllm training run, is refused (the export would replace that file).
     Returns the folder.
     """
-    from safetensors.numpy import save
-
     model, tokenizer, meta = load_model(model_file)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -588,7 +602,7 @@ def export_hf(model_file, out_dir) -> Path:
         tok_config.update(unk_token="<unk>")
     gen_config = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": eos, "do_sample": False}
     dump = lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n"  # noqa: E731
-    atomic_write(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
+    atomic_write(out / "model.safetensors", encode_safetensors(tensors, {"format": "pt"}))
     atomic_write(out / "config.json", dump(hf_config(c, tokenizer, _dtype_name(model))))
     atomic_write(out / "tokenizer.json", dump(tokenizer_to_hf(tokenizer)))
     atomic_write(out / "tokenizer_config.json", dump(tok_config))
@@ -596,13 +610,19 @@ def export_hf(model_file, out_dir) -> Path:
     return out
 
 
-def _read_json(path: Path, what: str) -> dict:
+def _read_json(path: Path, what: str, kind=None):
+    """The JSON document ``path`` (:func:`glassllm.limits.parse_json`: bounded size and depth), and with
+    ``kind``, of that type (``dict``); one ``ValueError`` line naming the file otherwise."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise ValueError(f"{str(path)!r} is {path.stat().st_size:,} bytes, over the limit of "
+                             f"{MAX_JSON_BYTES:,} for a JSON document")
+        doc = parse_json(path.read_bytes(), repr(str(path)))
     except FileNotFoundError:
         raise ValueError(f"{str(path.parent)!r} has no {path.name}; expected {what}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{str(path)!r} is not valid JSON ({e})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{str(path)!r} is a folder; expected {what}") from None
+    return expect(doc, kind, f"{str(path)!r} (the whole document)") if kind is not None else doc
 
 
 def _is_sentencepiece(doc) -> bool:
@@ -626,6 +646,10 @@ def folder_tokenizer(folder: Path):
     tok_path = folder / "tokenizer.json"
     if tok_path.is_file():
         doc = _read_json(tok_path, "a tokenizer")
+        model = doc.get("model") if isinstance(doc, dict) else None
+        for key, name in (("vocab", "vocabulary"), ("merges", "array")):   # before a tokenizer is built of them
+            if isinstance(model, dict) and isinstance(model.get(key), (dict, list)):
+                check_count(f"model.{key} (entries)", len(model[key]), name, repr(str(tok_path)))
         if _is_sentencepiece(doc):
             tokenizer = SPTokenizer.from_hf_tokenizer_json(doc, str(tok_path))
             return tokenizer, np.arange(tokenizer.vocab_size), tok_path
@@ -634,7 +658,8 @@ def folder_tokenizer(folder: Path):
     sp_path = folder / "tokenizer.model"
     if sp_path.is_file():
         cfg_path = folder / "tokenizer_config.json"
-        add_bos = _read_json(cfg_path, "a tokenizer config").get("add_bos_token", True) if cfg_path.is_file() else True
+        add_bos = (_read_json(cfg_path, "a tokenizer config", dict).get("add_bos_token", True)
+                   if cfg_path.is_file() else True)
         tokenizer = load_sentencepiece_model(sp_path, add_bos=bool(add_bos))
         return tokenizer, np.arange(tokenizer.vocab_size), sp_path
     raise ValueError(f"{str(folder)!r} has no tokenizer.json or tokenizer.model; expected the checkpoint's "
@@ -655,11 +680,17 @@ def load_hf(folder, dtype=None):
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise ValueError(f"{str(folder)!r} is not a Llama checkpoint: it has no config.json")
-    config, tied = config_from_hf(_read_json(config_path, "a Llama config"), str(config_path))
+    config, tied = config_from_hf(_read_json(config_path, "a Llama config", dict), str(config_path))
     tokenizer, perm, tok_path = folder_tokenizer(folder)
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{str(tok_path)!r} has {tokenizer.vocab_size} tokens but config.json says "
                          f"vocab_size={config.vocab_size}; expected them equal")
+    # Can the weight files hold the config's weights (2 bytes each at least: F16, BF16)? Asked before
+    # any tensor is read, so that a config of a few bytes cannot claim a model of gigabytes.
+    files = weight_files(folder)
+    total = sum(path.stat().st_size for path, _ in files)
+    config.check_weights_fit(total, 2, str(folder), tied)
+    config.check_tables(total, str(folder))
     state = from_hf_state(read_safetensors_dir(folder), config, tied, str(folder))
     if not np.array_equal(perm, np.arange(len(perm))):
         for key in ("tok_embeddings.weight", "output.weight"):

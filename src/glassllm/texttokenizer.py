@@ -7,12 +7,13 @@ SentencePiece :class:`~glassllm.sptokenizer.SPTokenizer` derive from it.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 import numpy as np
+
+from .limits import MAX_JSON_BYTES, parse_json
 
 __all__ = ["TextTokenizer", "KINDS", "read_tokenizer_file", "parse_tokenizer_json"]
 
@@ -122,18 +123,16 @@ def parse_tokenizer_json(text):
             raise ValueError("tokenizer document is not UTF-8 text") from None
     if not isinstance(text, str):
         raise TypeError(f"from_json expects a str, got {type(text).__name__}")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"tokenizer document is not valid JSON ({e.msg} at line {e.lineno})") from None
-    except RecursionError:
-        raise ValueError("tokenizer document is not valid JSON (nested too deeply)") from None
+    return parse_json(text, "tokenizer document")
 
 
 def read_tokenizer_file(path, parse):
     """``parse`` applied to the bytes of the tokenizer file ``path``; a missing or unreadable file, or
     one ``parse`` refuses, is one ``ValueError`` line naming the file."""
     try:
+        if Path(path).stat().st_size > MAX_JSON_BYTES:
+            raise ValueError(f"tokenizer file {str(path)!r} is {Path(path).stat().st_size:,} bytes, over the limit "
+                             f"of {MAX_JSON_BYTES:,} for a JSON document")
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise ValueError(f"tokenizer file not found: {str(path)!r}") from None

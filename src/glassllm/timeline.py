@@ -175,7 +175,7 @@ class Timeline:
 
     # -- the file ---------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        from safetensors.numpy import save
+        from .files import encode_safetensors
 
         if not self.steps:
             raise ValueError("an empty timeline (no step recorded) cannot be saved")
@@ -186,7 +186,7 @@ class Timeline:
                 "history": json.dumps(self.history)}
         tensors = {"attn": self.attn.astype(np.float16), "probs": self.probs.astype(np.float16),
                    "induction": self.induction.astype(np.float32)}
-        return save(tensors, metadata=meta)
+        return encode_safetensors(tensors, meta)
 
     def save(self, path) -> None:
         """Write the timeline to ``path`` atomically."""

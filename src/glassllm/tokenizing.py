@@ -37,7 +37,7 @@ tokenizer (files written before SentencePiece support load unchanged).
 
 from __future__ import annotations
 
-import json
+from .limits import parse_json
 
 from .sptokenizer import SPTokenizer
 from .texttokenizer import KINDS, TextTokenizer, read_tokenizer_file
@@ -51,9 +51,9 @@ def tokenizer_from_json(text) -> TextTokenizer:
     kind = None
     if isinstance(raw, str):
         try:
-            doc = json.loads(raw)
+            doc = parse_json(raw, "tokenizer document")
             kind = doc.get("kind") if isinstance(doc, dict) else None
-        except (ValueError, RecursionError):
+        except ValueError:
             pass                                                # the byte-level reader names the problem
     if kind in (None, "byte-bpe"):
         return Tokenizer.from_json(text)

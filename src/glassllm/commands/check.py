@@ -6,7 +6,7 @@
     glassllm check softmax --stub > softmax.py  # the stub to fill in
     glassllm check softmax softmax.py           # 0: right; 1: wrong, with what is wrong
 
-Bad usage (an unknown exercise, a missing file, a file without the function)
+Bad usage (an unknown exercise, a missing file, a syntax error, a file without the function)
 is exit code 2, like every other command's bad input.
 """
 

@@ -7,7 +7,19 @@ import sys
 from .. import generate as gen
 from . import load_model_option
 
-__all__ = ["add_cli", "run"]
+__all__ = ["add_cli", "run", "quoted"]
+
+
+def quoted(piece: str) -> str:
+    """A token piece in quotes, as Python quotes a str: ``'s`` is ``"'s"``, `` cat`` is ``' cat'``. Pieces are
+    already readable (escapes for bytes and control characters), so nothing else is escaped.
+
+    >>> print(quoted("'s"), quoted(" cat"), quoted(' "'))
+    "'s" ' cat' ' "'
+    """
+    if "'" in piece and '"' not in piece:
+        return f'"{piece}"'
+    return "'" + piece.replace("'", "\\'") + "'"
 
 
 def add_cli(name: str, parser) -> None:
@@ -59,9 +71,8 @@ def run(args) -> int:
     out.write(f"{'step':>4} {'n':>3} {'m':>4}  {'id':>5}  {'token':<16} {'p(model)':>8} {'p(drawn)':>8}  "
               "top alternatives (p(model))\n")
     for t in records:
-        # Pieces are already readable (escapes for bytes and control characters): quote, don't repr.
-        alts = "  ".join(f"'{tokenizer.piece(i)}' {p:.3f}" for i, p in t.top if i != t.id)
-        piece = f"'{t.piece}'"
+        alts = "  ".join(f"{quoted(tokenizer.piece(i))} {p:.3f}" for i, p in t.top if i != t.id)
+        piece = quoted(t.piece)
         out.write(f"{t.step:>4} {t.n:>3} {t.m:>4}  {t.id:>5}  {piece:<16} {t.prob:>8.4f} {t.p_sampled:>8.4f}  {alts}\n")
         out.flush()
         if t.finish:

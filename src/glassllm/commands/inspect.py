@@ -20,10 +20,13 @@ other address it needs an access token (generated, or ``--token``), unless
 
 from __future__ import annotations
 
+from ..limits import check_count
+
 import os
 import sys
 import threading
 
+from ..optional import require
 from . import load_model_option
 
 __all__ = ["add_cli", "run", "load_inspected", "DEFAULT_PROMPT", "DEFAULT_PORT"]
@@ -102,12 +105,8 @@ def load_inspected(path, run=None):
 
 
 def run(args) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import pydantic  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"the inspector needs {e.name}: pip install 'glassllm[app]'") from None
+    for module in ("fastapi", "pydantic", "uvicorn"):
+        require(module, "glassllm inspect")
     from ..inspector.auth import check_token_text
     from ..inspector.data import Inspector
     from ..inspector.schema import Limits
@@ -127,8 +126,10 @@ def run(args) -> int:
                              "--html writes a file and serves nothing")
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    check_count("--workers", args.workers, "threads")
     if args.queue < 0:
         raise ValueError(f"--queue must be >= 0, got {args.queue}")
+    check_count("--queue", args.queue, "threads")
     if not (args.rate_limit > 0 and args.rate_limit != float("inf")):
         raise ValueError(f"--rate-limit must be a number of requests per second > 0, got {args.rate_limit}")
     if args.rate_burst < 1:
@@ -177,7 +178,7 @@ def _serve(inspector, prompt: str, args) -> int:
     loopback = is_loopback(args.host)
     token = args.token if args.token is not None else None if (loopback or args.no_token) else new_token()
     access = Access(token, own_hosts(args.host, tuple(args.allow_host)))
-    from threadpoolctl import threadpool_limits
+    threadpool_limits = require("threadpoolctl", "glassllm inspect").threadpool_limits
 
     from ..inspector.pool import RateLimiter, WorkPool
 

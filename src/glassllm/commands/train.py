@@ -16,9 +16,12 @@ from pathlib import Path
 
 from ..checks import ParameterError
 from ..config import ModelConfig
-from ..data import REPEAT_TOKENS, hub_source, resolve_sources, text_sha256s
+from ..data import (DEFAULT_TRAIN, DEFAULT_VALID, REPEAT_TOKENS, hub_source, resolve_sources, shipped_source,
+                    text_sha256s)
+from ..optional import require
 from ..tokenizer import Tokenizer
 from ..train import DTYPES, RECIPES, Trainer, TrainConfig, blas_threads, lock_run_folder
+from ..train.trainer import PROGRESS
 
 __all__ = ["add_cli", "run", "add_config_options", "given_options"]
 
@@ -85,9 +88,11 @@ def add_cli(name: str, parser) -> None:
                           "(for --resume), tokenizer.json, loss.csv and loss.png.")
     io_ = parser.add_argument_group("data and run folder")
     io_.add_argument("--data", nargs="+", metavar="PATH",
-                     help="training text: files, folders (their *.txt), 'tinystories:train' (downloads "
+                     help="training text: files, folders (their *.txt), 'glassllm:stories' (4,000 "
+                          "TinyStories stories that ship with glassllm), 'tinystories:train' (downloads "
                           "TinyStories from the Hugging Face hub) or hf:OWNER/NAME/FILE; stories separated "
-                          "by <|endoftext|> lines")
+                          "by <|endoftext|> lines (default: glassllm:stories, with --valid "
+                          "glassllm:stories-heldout)")
     io_.add_argument("--valid", nargs="+", metavar="PATH", default=None,
                      help="held-out text for loss, perplexity and bits per byte (same forms as --data)")
     io_.add_argument("--out", metavar="DIR", default="runs/train", help="run folder (default: runs/train)")
@@ -169,6 +174,8 @@ def run(args) -> int:
         base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
         train_opts = {**{k: v for k, v in base.items() if v != plain[k]}, **train_opts}
     progress = not (args.no_progress or args.quiet)
+    if progress:
+        require("tqdm", PROGRESS)         # before any work: the bar is the last thing the loop needs
     if args.until is not None and args.until < 1:
         raise ValueError(f"--until must be a step >= 1, got {args.until}")
     if args.resume:
@@ -198,8 +205,7 @@ def run(args) -> int:
                 raise ValueError(f"{flag} {' '.join(given)} is not the data the resumed run was trained on")
         trainer.log(f"resuming {args.out} at step {trainer.step} of {trainer.config.steps}")
     else:
-        if not args.data:
-            raise ValueError("--data is required: text files or folders to train on (or --resume)")
+        default_data(args)
         recipe_set = set()
         if args.recipe:
             base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
@@ -272,6 +278,16 @@ def _init_model(spec: str, args, config: TrainConfig, model_opts: dict):
     return {k: p.data for k, p in model.named_parameters()}, tokenizer, opts
 
 
+def default_data(args) -> None:
+    """A new run given no ``--data`` trains on the stories that ship with glassllm (no network needed),
+    and holds out the shipped held-out stories unless ``--valid`` is given."""
+    if args.data:
+        return
+    args.data = [DEFAULT_TRAIN]
+    if args.valid is None:
+        args.valid = [DEFAULT_VALID]
+
+
 def _new_trainer(args, config, model_config, tokenizer, progress: bool, init=None) -> "Trainer":
     """The Trainer of a new run in ``args.out`` (whose lock the caller holds), after the folder's checks."""
     if (Path(args.out) / "train_state.safetensors").exists():
@@ -284,7 +300,7 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool, init=Non
     # Local paths first, for both: a typo in --valid must not come after a download (and undo it).
     for flag, specs in (("--data", args.data), ("--valid", args.valid or [])):
         for spec in specs:
-            if hub_source(spec) is None and not Path(spec).exists():
+            if hub_source(spec) is None and shipped_source(spec) is None and not Path(spec).exists():
                 raise ValueError(f"{flag} path {str(spec)!r} does not exist")
     train_files = resolve_sources(args.data, cache, progress=progress)
     valid_files = resolve_sources(args.valid, cache, progress=progress) if args.valid else []

@@ -110,9 +110,10 @@ def check(name: str, answer) -> Result:
 def load_function(path, name: str):
     """The function ``name`` defined in the Python file at ``path``.
 
-    A missing file is an ``OSError``; a file that does not define ``name`` is a
-    ``ValueError``. A file that fails while it runs (a syntax error, an
-    exception at import) is the student's answer failing: a failed :class:`Result`.
+    A missing file is an ``OSError``; a file that is not valid Python (a syntax
+    error: nothing could run) or does not define ``name`` is a ``ValueError``. A
+    file that fails while it runs (an exception at import) is the student's answer
+    failing: a failed :class:`Result`.
     """
     path = Path(path)
     if not path.is_file():
@@ -120,8 +121,8 @@ def load_function(path, name: str):
     source = path.read_text(encoding="utf-8")
     try:
         compile(source, str(path), "exec")
-    except SyntaxError as e:
-        return Result(False, f"{name}: wrong: {path.name} line {e.lineno}: SyntaxError: {e.msg}")
+    except SyntaxError as e:                  # nothing ran: the check could not start, it did not find a wrong answer
+        raise ValueError(f"{path.name} line {e.lineno}: SyntaxError: {e.msg}: fix it, then check again") from None
     module_name = f"glassllm_exercise_{name}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

@@ -16,7 +16,7 @@ Modules, one concept each:
 - ``static/``     the page itself: ``index.html``, ``app.js``, ``style.css`` (canvas, no dependencies).
 
 The names below are imported on first use, so that ``glassllm --help`` works
-without the web dependencies (``pip install "glassllm[app]"``)::
+without the web dependencies (``pip install "glassllm-numpy[app]"``)::
 
     from glassllm.inspector import Inspector, Limits, create_app, export_html
 """

@@ -34,7 +34,10 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["Access", "new_token", "check_token_text", "own_hosts", "host_of", "is_loopback", "lan_addresses",
+from ..optional import require
+
+__all__ = ["Access", "same_origin_path", "new_token", "check_token_text", "own_hosts", "host_of", "is_loopback",
+           "lan_addresses",
            "TOKEN_BYTES"]
 
 TOKEN_BYTES = 32                      # 256 bits from secrets; the issue's floor is 128
@@ -75,12 +78,33 @@ def host_of(header: str) -> str:
     return host.rstrip(".")
 
 
+# One host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port: nothing else.
+HOST_HEADER = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9._-]+)(:[0-9]{1,5})?", re.I)
+
+
+def same_origin_path(path: str, raw_path: bytes | None = None) -> str:
+    """Where the token exchange may send the browser: ``path`` as a path on this server.
+
+    Leading slashes (and backslashes, which browsers read as slashes) collapse into one, so that
+    ``//evil.example/`` stays ``/evil.example/`` here instead of naming another host; a path whose raw
+    form encodes a slash or backslash (``/%2F%2Fevil.example``), or that holds a control character,
+    goes to ``/``.
+
+    >>> same_origin_path("//evil.example/"), same_origin_path("///x", b"/%2F%2Fx"), same_origin_path("/a/b")
+    ('/evil.example/', '/', '/a/b')
+    """
+    if raw_path is not None and re.search(rb"%(2f|5c)", raw_path, re.I):
+        return "/"
+    if any(ord(c) < 32 or c == "\x7f" for c in path):
+        return "/"
+    return "/" + path.replace("\\", "/").lstrip("/")
+
+
 def lan_addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses (the ones to hand out), best effort."""
     found = []
     try:
-        import psutil
-
+        psutil = require("psutil", "listing this machine's addresses")
         for addrs in psutil.net_if_addrs().values():
             found += [a.address for a in addrs if a.family == socket.AF_INET]
     except Exception:  # noqa: BLE001 -- psutil missing or refused: fall back to the host name
@@ -107,8 +131,7 @@ def own_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
     if unspecified:
         names.update(lan_addresses())
         try:
-            import psutil
-
+            psutil = require("psutil", "listing this machine's addresses")
             names.update(a.address.split("%")[0].lower() for addrs in psutil.net_if_addrs().values()
                          for a in addrs if a.family == socket.AF_INET6)
         except Exception:  # noqa: BLE001
@@ -162,8 +185,9 @@ class Access:
         return value.strip() if scheme.lower() in ("bearer", "token") else None
 
     def host_ok(self, header: str | None) -> bool:
-        """Does a Host header name this server?"""
-        return bool(header) and host_of(header) in self.hosts
+        """Does a Host header name this server -- one host, and one of its own (``127.0.0.1:P, evil.example``
+        is refused)?"""
+        return bool(header) and HOST_HEADER.fullmatch(header.strip()) is not None and host_of(header) in self.hosts
 
     def origin_ok(self, origin: str | None, host_header: str | None) -> bool:
         """An Origin header is fine when absent, or when it is this very server as the request named it."""

@@ -7,14 +7,19 @@ HTTP/1.1 protocol close a connection whose request line and headers have not
 all arrived ``head_timeout`` seconds after the connection opened (or after
 the previous response), and close at once any connection beyond
 ``per_client`` open ones from one address. (A request body has its own
-deadline in the server: 408.)
+deadline in the server: 408.) Malformed HTTP that h11 refuses before the app
+sees it gets the app's JSON error shape, ``{"error": "..."}``, with 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from ..optional import require
+
+H11Protocol = require("uvicorn.protocols.http.h11_impl", "the inspector's server").H11Protocol
+h11 = require("h11", "the inspector's server")
 
 __all__ = ["guarded_protocol"]
 
@@ -62,6 +67,20 @@ def guarded_protocol(head_timeout: float, per_client: int) -> type:
             if self.cycle is not None and self.cycle is not self._seen:
                 self._seen = self.cycle                  # its headers are in: the body has its own deadline
                 self._disarm()
+
+        def send_400_response(self, msg: str) -> None:
+            """Malformed HTTP (a garbage request line, a bad Content-Length, two Host headers): the same
+            JSON error every other refusal gets, then the connection is closed."""
+            body = json.dumps({"error": f"malformed HTTP request: {' '.join(str(msg).split())[:120]}"}).encode()
+            try:
+                self.transport.write(self.conn.send(h11.Response(status_code=400, reason=b"Bad Request", headers=[
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")])))
+                self.transport.write(self.conn.send(h11.Data(data=body)))
+                self.transport.write(self.conn.send(h11.EndOfMessage()))
+            except h11.LocalProtocolError:              # h11 can no longer answer on this connection
+                pass
+            self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

@@ -33,7 +33,6 @@ to a model, so two traces cannot share one).
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import threading
 from collections import OrderedDict
@@ -43,6 +42,7 @@ import numpy as np
 from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import registry
+from ..trace.explain import explain
 from ..trace.registry import axis_sizes
 from .cache import TraceCache, model_digest, nbytes
 from .schema import (
@@ -177,7 +177,7 @@ class Inspector:
             names.append({
                 "name": local, "axes": list(axes), "in_layer": full.startswith("layers."),
                 "head_axis": head_axis, "heads": heads,
-                "group": _group(local),
+                "group": _group(local), "explain": _explain(local),
             })
         return {
             "model": {**c.to_dict(), "head_dim": c.head_dim, "params": self.model.num_params(),
@@ -227,6 +227,7 @@ class Inspector:
         from ..trace import lens_top
 
         ids = self.encode(req.prompt)
+        self._prompt_run(ids, None, None, True)                          # refuses a non-finite pass (cached)
         top, prob = lens_top(self._replica(), ids)                      # this thread's copy of the model
         rows = np.asarray(top).tolist()                                  # (L+1, n) token ids
         return {"streams": list(top.labels[0]), "pieces": [self._vocab[i] for i in ids], "top": rows,
@@ -245,6 +246,7 @@ class Inspector:
             raise ValueError(f"position {position} is out of range: the prompt has positions 0..{n - 1}")
         if req.token is not None and req.token >= V:
             raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
+        self._prompt_run(ids, None, None, True)                          # refuses a non-finite pass (cached)
         bars = direct_attribution(self._replica(), ids, position, req.token)
         token = bars.baseline["token"]
         return {"labels": bars.labels[0], "values": np.asarray(bars, dtype=np.float64).tolist(),
@@ -562,6 +564,14 @@ def pool(a: np.ndarray, mask: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarra
     return np.where(count > 0, total / np.maximum(count, 1), 0), count == 0
 
 
+def _explain(local: str) -> dict:
+    """What the page shows beside a snapshot: its equation (LaTeX and text), the statement of ``nn.py`` that
+    records it with the lines around it (:func:`glassllm.trace.explain.explain`)."""
+    info = explain(local)
+    return {k: info[k] for k in ("equation", "description", "path", "function", "line", "first", "last", "code",
+                                 "context")}
+
+
 def _group(local: str) -> str:
     for title, prefixes in GROUPS:
         if any(local == p or (p.endswith(".") and local.startswith(p)) for p in prefixes):
@@ -610,7 +620,7 @@ def _trace_prompt(model, ids, iv, grad, target) -> _Run:
 
     tokens = np.array(ids)                                               # (n,)
     edit = iv is not None and iv.kind == "edit"
-    with np.errstate(all="ignore") if edit else contextlib.nullcontext():   # overflow is refused below instead
+    with np.errstate(all="ignore"):                                      # overflow is refused below instead
         if not grad:
             run = _Run(trace(model, tokens, interventions=_edits(iv)), 0, list(ids), None)
         else:
@@ -622,7 +632,23 @@ def _trace_prompt(model, ids, iv, grad, target) -> _Run:
         raise ValueError(f"this intervention makes the forward pass non-finite (NaN or inf logits): "
                          f"{shown(iv.name)} = {iv.value} is outside what the model can compute with "
                          "(an rms of 0 divides by zero)")
+    refuse_non_finite(run.trace)
     return run
+
+
+def refuse_non_finite(trace) -> None:
+    """Nothing non-finite leaves the inspector: a ValueError line if the traced pass's logits (the line
+    ``generate`` gives) or any snapshot or gradient holds NaN or an infinity."""
+    for step in trace.steps:
+        logits = step.values.get("logits")
+        if logits is not None and not np.isfinite(logits).all():
+            raise ValueError("logits contain NaN or +inf: the model's output is broken")
+    for step in trace.steps:
+        for kind, arrays in (("", step.values), ("the gradient of ", step.grads)):
+            for name, a in arrays.items():
+                if a.dtype.kind == "f" and not np.isfinite(a).all():
+                    raise ValueError(f"{kind}{shown(name)} contains NaN or inf: the model's numbers overflow, "
+                                     "so its output is broken")
 
 
 def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
@@ -630,10 +656,11 @@ def _trace_decoding(model, tokenizer, ids, passes: int) -> list[_Run]:
     from ..generate import generate
     from ..trace import Tracer
 
-    with Tracer(model) as tracer:
+    with np.errstate(all="ignore"), Tracer(model) as tracer:            # overflow is refused below instead
         chosen = [tok.id for tok in generate(model, tokenizer, ids, max_new_tokens=passes,
                                              temperature=0, fast=False)]
     t = tracer.trace
+    refuse_non_finite(t)
     seq = list(ids) + chosen
     return [_Run(t, s, seq[: step.m], None) for s, step in enumerate(t.steps)]
 

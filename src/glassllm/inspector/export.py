@@ -32,9 +32,8 @@ from __future__ import annotations
 import json
 import re
 
-from pydantic import ValidationError
-
 from ..files import atomic_write
+from ..optional import require
 from .data import Inspector
 from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
@@ -42,7 +41,9 @@ from .schema import (
 )
 from .server import read_assets
 
-__all__ = ["TEMPERATURES", "build_responses", "render_html", "export_html"]
+ValidationError = require("pydantic", "the inspector").ValidationError
+
+__all__ = ["TEMPERATURES", "build_responses", "render_html", "inline_page", "export_html"]
 
 TEMPERATURES = (0.25, 0.5, 2.0, 4.0)   # the page's score-temperature choices
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -82,6 +83,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int) -> dict[str, 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
     inspector.encode(prompt)  # a bad prompt fails here, with the server's message
+    inspector.next_token(NextRequest(prompt=prompt))   # and a model whose pass is not finite, with generate's
     layers = range(inspector.config.n_layers)
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history
@@ -139,16 +141,21 @@ def _part(key: str) -> str:
 
 def render_html(info: dict, prompt: str, responses: dict[str, dict]) -> str:
     """The page with its style, script and data inlined."""
-    assets = read_assets()
     data = json.dumps({"info": info, "prompt": prompt, "responses": responses},
                       separators=(",", ":"), ensure_ascii=True)
     data = data.replace("<", "\\u003c")  # no "</script>" can close the data block early
+    return inline_page('<script id="glass-data" type="application/json">' + data + "</script>\n")
+
+
+def inline_page(data_script: str) -> str:
+    """The page with its style and script inlined, ``data_script`` (a ``<script>`` element) before the script,
+    and a Content-Security-Policy that forbids every network request."""
+    assets = read_assets()
     html = assets["index.html"]
     head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
     html = html.replace('<meta charset="utf-8">\n', '<meta charset="utf-8">\n' + head, 1)
     style = "<style>\n" + assets["style.css"] + "</style>"
-    script = ('<script id="glass-data" type="application/json">' + data + "</script>\n"
-              "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>")
+    script = data_script + "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>"
     html, n_style = re.subn(r'<link rel="stylesheet" href="style.css">', lambda _: style, html)
     html, n_script = re.subn(r'<script src="app.js"></script>', lambda _: script, html)
     assert n_style == 1 and n_script == 1, "index.html lost its style or script tag"

@@ -5,37 +5,48 @@ displays as the inspector itself: the self-contained page of
 ``glassllm inspect PROMPT --html FILE`` (:mod:`.export`) inside an
 ``<iframe srcdoc=...>``. It needs no server and no network: the page carries
 its script, its style and the answers its controls ask for, and its
-Content-Security-Policy forbids every request. The frame is sandboxed (scripts
-only), so the page cannot reach the notebook around it.
+Content-Security-Policy forbids every request. The frame is sandboxed (scripts,
+and downloads for its Save buttons), so the page cannot reach the notebook around it.
 
 A notebook keeps its outputs, so the inline page holds fewer views than a
 ``--html`` file by default: the attention snapshots (q, k, v, scores, mask,
 weights, output) and each block's output on the residual stream, values and
 gradients; the next-token distribution; two greedy steps; and no
-interventions (``interventions=True`` adds them). A view that is left out says
-so, and ``glassllm inspect`` shows it.
+interventions (``interventions=True`` adds them). The page lists only the views
+it holds and says how to include the rest; ``glassllm inspect`` shows them all.
+The display also carries a PNG of the first view (:func:`first_view_png`), which
+a notebook shows where the page's script cannot run.
 
 :meth:`Trace.show <glassllm.trace.Trace.show>` shows a trace already
 recorded, with its own numbers (and whatever interventions made them): the
 page's views are the trace's recorded snapshots of its first forward pass.
+
+:func:`show_attention` shows attention weights of any model, given as arrays
+with their token strings (as BertViz's ``head_view`` and CircuitsVis take
+them): the same heatmap, head grid and hover values.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 import os
 
 import numpy as np
-from pydantic import ValidationError
 
 from ..checkpoint import atomic_write
 from ..nn import causal_mask
+from ..optional import require
+from ..trace import trace as run_trace
 from .data import Inspector
 from .export import build_responses, render_html
-from .schema import Limits, PromptRequest, describe_validation_error
+from .schema import Limits, PromptRequest, describe_validation_error, shown
 
-__all__ = ["INLINE_NAMES", "InlineView", "show", "show_trace"]
+ValidationError = require("pydantic", "the inspector").ValidationError
+
+__all__ = ["INLINE_NAMES", "InlineView", "show", "show_attention", "show_trace"]
 
 # The views an inline page holds by default (layer-local names), values and gradients.
 INLINE_NAMES = frozenset({
@@ -50,10 +61,10 @@ class InlineView:
     :meth:`save` writes the page as a file that opens in any browser.
     """
 
-    def __init__(self, page: str, title: str, height: int = 860):
+    def __init__(self, page: str, title: str, height: int = 860, png: bytes | None = None):
         if isinstance(height, bool) or not isinstance(height, int) or not 200 <= height <= 4000:
             raise ValueError(f"height must be an int in [200, 4000] (pixels), got {height!r}")
-        self.page, self.title, self.height = page, title, height
+        self.page, self.title, self.height, self.png = page, title, height, png
 
     def __repr__(self) -> str:
         return f"InlineView({self.title!r}, {len(self.page.encode('utf-8')):,} bytes)"
@@ -61,11 +72,16 @@ class InlineView:
     def _repr_html_(self) -> str:
         # srcdoc is an attribute: the page is escaped once, quotes included, and the browser unescapes it.
         return (f'<iframe class="glassllm-inspector" title="{html.escape(self.title, quote=True)}" '
-                f'sandbox="allow-scripts" srcdoc="{html.escape(self.page, quote=True)}" '
+                f'sandbox="allow-scripts allow-downloads" srcdoc="{html.escape(self.page, quote=True)}" '
                 f'style="width: 100%; height: {self.height}px; border: 1px solid #ccc;"></iframe>')
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        return {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        # The PNG of the first view is the static fallback: a notebook opened where its HTML may not run
+        # scripts (JupyterLab shows an untrusted notebook's outputs only in their safe types) shows the picture.
+        bundle = {"text/html": self._repr_html_(), "text/plain": repr(self)}
+        if self.png is not None:
+            bundle["image/png"] = base64.b64encode(self.png).decode("ascii")
+        return bundle
 
     def save(self, path) -> None:
         """Write the page to ``path`` (atomically): the same file as ``glassllm inspect --html``."""
@@ -98,8 +114,13 @@ def _keep(key: str, names, interventions: bool) -> bool:
 
 
 def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLINE_NAMES,
-         interventions: bool = False, height: int = 860) -> InlineView:
+         interventions: bool = False, height: int = 860, live: bool = False):
     """The inspector for ``prompt``, inline in a notebook: ``glassllm.show("Once upon a time")``.
+
+    ``live=True``: a widget whose every request the kernel computes
+    (:class:`~glassllm.inspector.live.LiveView`; needs the ``notebook`` extra): nothing is
+    precomputed, so any layer, intervention or decoding step can be asked for, while the kernel runs
+    (``steps``, ``names`` and ``interventions`` are for the offline page only).
 
     ``model``: None (the bundled model), a model file's path, or a
     :class:`~glassllm.nn.Transformer` with its ``tokenizer``. ``steps``: greedy
@@ -112,6 +133,14 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
         PromptRequest(prompt=prompt)                      # the server's checks, and its messages
     except ValidationError as e:
         raise ValueError(describe_validation_error(e.errors())) from None
+    if not isinstance(live, bool):
+        raise ValueError(f"live must be True or False, got {live!r}")
+    if live:
+        from .live import LiveView                         # MissingExtra (one line) without anywidget
+        model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
+        inspector = Inspector(model, tokenizer, meta=meta)
+        inspector.encode(prompt)                           # too long: the inspector's own message
+        return LiveView(inspector, prompt, height)
     model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
     inspector = (Inspector if interventions else _NoInterventions)(model, tokenizer, meta=meta)
     limit = inspector.limits.max_new_tokens
@@ -121,7 +150,35 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     inspector.encode(prompt)                               # too long: the inspector's own message
     responses = build_responses(inspector, prompt, steps)
     kept = {k: v for k, v in responses.items() if _keep(k, names, interventions)}
-    return InlineView(render_html(inspector.info(), prompt, kept), f"glassllm inspector: {prompt[:60]}", height)
+    info = inspector.info()
+    # What the page holds, so that it lists only that and says how to include the rest.
+    info["offline"] = {"held": [n for n in inspector.local_names() if n in names], "interventions": interventions,
+                       "more_names": "glassllm.show(prompt, names=None) includes every snapshot",
+                       "more_interventions": "glassllm.show(prompt, interventions=True) includes head ablations, "
+                                             "the mask switch and score temperatures"}
+    png = first_view_png(run_trace(model, inspector.encode(prompt), names=[_first_view(names)]), _first_view(names),
+                         tokenizer)
+    return InlineView(render_html(info, prompt, kept), f"glassllm inspector: {prompt[:60]}", height, png)
+
+
+def _first_view(held) -> str:
+    """The snapshot the page opens on: attention weights when held, else the first held name."""
+    return "attn.softmax" if "attn.softmax" in held else sorted(held)[0]
+
+
+def first_view_png(recorded, local: str, tokenizer=None) -> bytes:
+    """The page's first view (layer 0, head 0 of ``local``) of a trace, drawn by :meth:`Trace.plot` as PNG bytes."""
+    Figure = require("matplotlib.figure", "the notebook view's static picture").Figure   # no pyplot: no backend
+
+    full = local if local in recorded.axes else f"layers.0.{local}"
+    head = 0 if any(a in ("H", "G") for a in recorded.axes[full]) else None
+    ax = Figure(figsize=(6.4, 5.2), dpi=80, constrained_layout=True).add_subplot()
+    recorded.plot(full, head=head, step=0, tokenizer=tokenizer, ax=ax)
+    ax.set_title(f"{full}{'' if head is None else f', head {head}'}  -- a picture: trust or run the notebook for the inspector",
+                 fontsize=9)
+    buf = io.BytesIO()
+    ax.figure.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 class _NoInterventions(Inspector):
@@ -248,8 +305,129 @@ def show_trace(trace, tokenizer=None, *, height: int = 860) -> InlineView:
     source = _Recorded(trace, tokenizer)
     ids = source.ids
     text = tokenizer.decode(ids) if tokenizer is not None else " ".join(f"id {i}" for i in ids)
+    return _recorded_view(source, text, f"glassllm trace: {len(ids)} tokens, {len(source.recorded)} snapshots",
+                          height)
+
+
+def _recorded_view(source: "_Recorded", text: str, title: str, height: int) -> InlineView:
+    """The page of a recorded pass: its views' answers (a view's error kept for the page to show), no interventions,
+    and the picture of its first view (the static fallback)."""
     responses = build_responses(source, text, 0)
+    held = set(source.local_names())
     kept = {k: v for k, v in responses.items() if "error" not in v or k.startswith("snapshot")}
-    kept = {k: v for k, v in kept.items() if _keep(k, set(source.local_names()), False)}
-    title = f"glassllm trace: {len(ids)} tokens, {len(source.recorded)} snapshots"
-    return InlineView(render_html(source.info(), text, kept), title, height)
+    kept = {k: v for k, v in kept.items() if _keep(k, held, False)}
+    tokenizer = None if isinstance(source.tokenizer, _NoTokenizer) else source.tokenizer
+    png = first_view_png(source.run.trace, _first_view(held), tokenizer)
+    return InlineView(render_html(source.info(), text, kept), title, height, png)
+
+
+# ---------------------------------------------------------------------------------------------- arrays of any model
+
+def show_attention(attention, tokens, *, mask=None, height: int = 860) -> InlineView:
+    """Attention weights of any model in the inspector's heatmap and head grid, offline: a notebook cell or a file.
+
+    ``attention``: (H, n, n) for one layer or (L, H, n, n) -- a NumPy array or anything with ``__array__``
+    (a PyTorch tensor on the CPU, TransformerLens' ``cache["pattern", 0][0]``); weights of query i
+    (rows) over key j (columns), finite. ``tokens``: the n token strings (``model.to_str_tokens(text)``).
+    ``mask``: (n, n) or (L, n, n) booleans, True where a query may not read the key; by default inferred:
+    a layer whose weights are all exactly 0 above the diagonal is causal, else nothing is masked.
+    Returns an :class:`InlineView` (shown inline by Jupyter; ``.save(path)`` writes the HTML file);
+    hovering a cell shows the array's own number. ValueError (one line) for anything else.
+
+    >>> view = show_attention(np.full((2, 3, 3), 1 / 3), ["a", "b", "c"])
+    >>> view.title
+    'attention: 1 layer, 2 heads, 3 tokens'
+    """
+    from ..config import ModelConfig
+    from ..trace.record import Step, Trace
+    from ..trace.registry import registry
+
+    a = _attention_array(attention)
+    L, H, n, _ = a.shape
+    if isinstance(tokens, str) or not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
+        raise ValueError(f"tokens must be a list of {n} strings, one per position, got {shown(tokens)}")
+    if len(tokens) != n:
+        raise ValueError(f"tokens has {len(tokens)} strings but the attention covers {n} positions")
+    masks = _attention_mask(mask, a)                                        # (L, n, n) True = may not read
+    config = ModelConfig(vocab_size=n, dim=2 * H, n_layers=L, n_heads=H, n_kv_heads=H, ffn_dim=1, max_seq_len=n + 1)
+    values = {}
+    for i in range(L):
+        values[f"layers.{i}.attn.mask"], values[f"layers.{i}.attn.softmax"] = masks[i], a[i]
+    for v in values.values():
+        v.flags.writeable = False
+    step = Step(0, n, n, 0, np.arange(n), values=values)
+    trace = Trace(config, registry(config), list(values), [step], dtype=a.dtype.name)
+    source = _GivenAttention(trace, _Pieces(list(tokens)))
+    title = f"attention: {L} layer{'s' * (L != 1)}, {H} head{'s' * (H != 1)}, {n} token{'s' * (n != 1)}"
+    return _recorded_view(source, "".join(tokens), title, height)
+
+
+def _attention_array(attention) -> np.ndarray:
+    """``attention`` as a float32/float64 array (L, H, n, n), checked."""
+    if isinstance(attention, (str, bytes, dict)) or attention is None:
+        raise ValueError(f"attention must be an array (H, n, n) or (L, H, n, n), got {type(attention).__name__}")
+    try:
+        a = np.asarray(attention)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"attention must be an array (H, n, n) or (L, H, n, n); "
+                         f"{type(attention).__name__} does not convert: {str(e).splitlines()[0]}") from None
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"attention must hold real numbers, got {a.dtype}")
+    if a.ndim == 3:
+        a = a[None]
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2] or 0 in a.shape:
+        raise ValueError(f"attention must be (H, n, n) or (L, H, n, n): queries by the same keys, got shape "
+                         f"{np.shape(attention)}")
+    a = a.astype(a.dtype if a.dtype in (np.float32, np.float64) else np.float64)
+    if not np.isfinite(a).all():
+        raise ValueError("attention has NaN or infinite values: give the weights after the softmax (finite)")
+    return np.ascontiguousarray(a)
+
+
+def _attention_mask(mask, a: np.ndarray) -> np.ndarray:
+    """(L, n, n) booleans, True where a query may not read the key: given, or inferred from exact zeros."""
+    L, _, n, _ = a.shape
+    future = np.triu(np.ones((n, n), dtype=bool), k=1)
+    if mask is None:
+        causal = ~(a[:, :, future] != 0).any(axis=(1, 2))                 # (L,) all zero above the diagonal
+        return np.stack([future if c else np.zeros((n, n), dtype=bool) for c in causal])
+    m = np.asarray(mask)
+    if m.dtype != np.bool_:
+        raise ValueError(f"mask must be booleans (True where a query may not read the key), got {m.dtype}")
+    if m.shape == (n, n):
+        m = np.broadcast_to(m, (L, n, n))
+    if m.shape != (L, n, n):
+        raise ValueError(f"mask must be (n, n) or (L, n, n) = ({L}, {n}, {n}), got shape {m.shape}")
+    return np.array(m)
+
+
+class _Pieces:
+    """A tokenizer stand-in whose id i is position i, its piece the given token string."""
+
+    eot_id = None
+    end_ids = ()
+    kind = "pieces"
+
+    def __init__(self, tokens: list[str]):
+        self.tokens, self.vocab_size = tokens, len(tokens)
+
+    def piece(self, i: int) -> str:
+        return self.tokens[i]
+
+    def pieces(self, ids) -> list[str]:
+        return [self.tokens[i] for i in ids]
+
+
+class _GivenAttention(_Recorded):
+    """The page's answers for attention weights given as arrays: the heatmap and the head grid, nothing else."""
+
+    def info(self) -> dict:
+        out = super().info()
+        c = self.config
+        out["source"] = {"kind": "arrays", "layers": c.n_layers, "heads": c.n_heads, "tokens": c.vocab_size}
+        return out
+
+    def _run_for(self, ids, step, iv, target, grad):
+        if grad:
+            raise ValueError("attention weights given as arrays have no gradients")
+        return super()._run_for(ids, step, iv, target, grad)

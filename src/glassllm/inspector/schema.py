@@ -23,7 +23,11 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
+from ..optional import require
+from ..trace.names import from_transformer_lens
+
+require("pydantic", "the inspector")
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 __all__ = [
     "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
@@ -69,6 +73,20 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _glassllm_name(data):
+    """A request's ``name`` given as a TransformerLens hook (``attn.hook_pattern``, ``blocks.2.attn.hook_z``,
+    ``pattern``) as glassllm's layer-local name, the layer taken from the hook name when it has one."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return data
+    found = from_transformer_lens(data["name"])
+    if found is None:
+        return data
+    local, layer = found
+    if layer is not None and data.get("layer") not in (None, layer):
+        raise ValueError(f"name {shown(data['name'])} is in layer {layer}, but layer is {shown(data['layer'])}")
+    return {**data, "name": local, **({"layer": layer} if layer is not None else {})}
+
+
 class Intervention(_Request):
     """One change to the forward pass of the prompt.
 
@@ -78,7 +96,8 @@ class Intervention(_Request):
                   (head ``head``, or every head if None): above 1 flattens each row of
                   weights over the keys it may read, below 1 sharpens it.
     ``edit``      set one number of snapshot ``name`` of layer ``layer`` (a name inside
-                  the blocks, as the heatmap menu lists it: ``attn.softmax``, ``mlp.act`` ...)
+                  the blocks, as the heatmap menu lists it: ``attn.softmax``, ``mlp.act`` ...,
+                  or its TransformerLens hook name)
                   to ``value``: head ``head`` when the snapshot has a head axis, the cell at
                   ``row``, ``col`` of the matrix the heatmap shows (col 0 for a (n,) snapshot).
                   Everything downstream sees the new number (``glassllm.trace.Edit``).
@@ -92,6 +111,8 @@ class Intervention(_Request):
     row: StrictInt | None = Field(default=None, ge=0)
     col: StrictInt | None = Field(default=None, ge=0)
     value: StrictFloat | None = Field(default=None, ge=-MAX_EDIT_VALUE, le=MAX_EDIT_VALUE, allow_inf_nan=False)
+
+    _tl_name = model_validator(mode="before")(_glassllm_name)
 
 
 class PromptRequest(_Request):
@@ -110,7 +131,9 @@ class PromptRequest(_Request):
 class SnapshotRequest(PromptRequest):
     """One snapshot of one forward pass, for the heatmap.
 
-    ``name``    a snapshot name without its layer prefix (``attn.softmax``, ``embed``, ``logits``).
+    ``name``    a snapshot name without its layer prefix (``attn.softmax``, ``embed``, ``logits``), or the
+                TransformerLens hook name of one (``attn.hook_pattern``; ``blocks.2.attn.hook_pattern``
+                gives the layer too).
     ``layer``   which block, for names inside the blocks (None otherwise).
     ``head``    which head, for names with a head axis (H or G); None otherwise.
     ``step``    0 = the prompt's forward pass; s >= 1 = the s-th greedy decoding
@@ -127,6 +150,8 @@ class SnapshotRequest(PromptRequest):
     grad: StrictBool = False
     target: StrictInt | None = Field(default=None, ge=0)
     intervention: Intervention | None = None
+
+    _tl_name = model_validator(mode="before")(_glassllm_name)
 
 
 class HeadsRequest(PromptRequest):

@@ -45,7 +45,10 @@ import threading
 from importlib import resources
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, Request
+from ..optional import require
+
+require("fastapi", "the inspector's server")
+from fastapi import FastAPI, Request  # noqa: E402  (the line above names the extra when fastapi is missing)
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -53,7 +56,7 @@ from starlette.requests import ClientDisconnect
 
 from ..heap import release_freed_memory, resident_bytes
 from ..trace import colors
-from .auth import Access, is_loopback, own_hosts
+from .auth import Access, is_loopback, own_hosts, same_origin_path
 from .data import Inspector
 from .pool import Busy, Limited, RateLimiter, WorkPool
 from .schema import (
@@ -173,6 +176,8 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
             except Limited as e:
                 return _secured(JSONResponse({"error": str(e)}, status_code=429,
                                              headers={"Retry-After": str(e.retry_after)}))
+        if len(headers.getlist("host")) > 1:
+            return _secured(_error(400, "a request must have one Host header"))
         if not access.host_ok(headers.get("host")):
             shown = headers.get("host", "")[:60]
             return _secured(_error(403, f"host {shown!r} is not this server's name; open the inspector at the "
@@ -185,7 +190,8 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
             if given is not None and request.method == "GET" and not api and access.token_ok(given):
                 # The first visit: a cookie, and the same page without the token in its address.
                 rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
-                response = RedirectResponse(request.url.path + ("?" + rest if rest else ""), status_code=303)
+                where = same_origin_path(request.scope.get("path", "/"), request.scope.get("raw_path"))
+                response = RedirectResponse(where + ("?" + rest if rest else ""), status_code=303)
                 response.set_cookie(access.cookie_name, access.cookie_value, httponly=True, samesite="strict",
                                     path="/")
                 return _secured(response)
@@ -320,7 +326,7 @@ class Server:
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 0, head_timeout: float = HEAD_TIMEOUT_S,
                  per_client: int = CONNECTIONS_PER_CLIENT):
-        import uvicorn
+        uvicorn = require("uvicorn", "the inspector's server")
 
         from .connections import guarded_protocol
 

@@ -1,4 +1,4 @@
-"""glassllm's PyTorch twin (the optional extra ``pip install glassllm[torch]``).
+"""glassllm's PyTorch twin (the optional extra ``pip install "glassllm-numpy[torch]"``).
 
 The same decoder as :mod:`glassllm.nn` -- same architecture, same parameter
 names, same model file -- written with PyTorch so that it can train a bigger
@@ -10,11 +10,9 @@ the result then opens in the glass box (``glassllm inspect``, the tracer).
 - :mod:`glassllm.torch.train_ddp`: the DistributedDataParallel trainer.
 """
 
-try:
-    import torch as _torch  # noqa: F401  (the real PyTorch: imports here are absolute)
-except ModuleNotFoundError as e:  # pragma: no cover - depends on the install
-    raise ModuleNotFoundError(
-        "glassllm.torch needs PyTorch: pip install 'glassllm[torch]'", name=e.name) from None
+from ..optional import require
+
+require("torch", "glassllm.torch")               # the real PyTorch (imports here are absolute)
 
 from .model import Transformer, from_glassllm, load_model, save_model, to_glassllm
 

@@ -49,10 +49,10 @@ from ..checkpoint import save_model
 from ..commands.train import add_config_options, given_options
 from ..config import ModelConfig
 from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids
-from ..files import atomic_write
 from ..nn import Transformer as GlassTransformer
 from ..optim import lr_lambda
-from ..train import STATE_FORMAT, STATE_VERSION, TrainConfig
+from ..train import TrainConfig
+from ..train.folder import read_state, write_state
 from .model import Transformer, from_glassllm, to_glassllm
 
 __all__ = ["run", "main"]
@@ -125,8 +125,6 @@ def _optimizer(twin: Transformer, c: TrainConfig):
 def _save_state(out: Path, twin: Transformer, opt, step: int, c: TrainConfig, mc: ModelConfig, tokenizer,
                 sampler: WindowSampler, files, hashes, history, elapsed: float, command: str) -> None:
     """``train_state.safetensors`` in glassllm.train's format, then ``model.safetensors`` and the tokenizer."""
-    from safetensors.numpy import save
-
     tensors = {}
     for name, p in twin.named_parameters():
         state = opt.state.get(p, {})
@@ -135,13 +133,13 @@ def _save_state(out: Path, twin: Transformer, opt, step: int, c: TrainConfig, mc
         tensors["adam_m/" + name] = state.get("exp_avg", zeros).detach().cpu().numpy()
         tensors["adam_v/" + name] = state.get("exp_avg_sq", zeros).detach().cpu().numpy()
     meta = {
-        "format": STATE_FORMAT, "version": STATE_VERSION, "step": str(step), "optimizer_t": str(step),
+        "step": str(step), "optimizer_t": str(step),
         "train_config": c.to_json(), "model_config": mc.to_json(), "tokenizer": tokenizer.to_json(),
         "sampler": json.dumps(sampler.state()), "elapsed_s": repr(elapsed),
         "data": json.dumps({"train": [[str(f), h] for f, h in zip(files, hashes)], "valid": []}),
         "history": json.dumps(history), "command": command,
     }
-    atomic_write(out / "train_state.safetensors", save(tensors, metadata=meta))
+    write_state(out / "train_state.safetensors", tensors, meta)
     model_meta = {"step": str(step), "steps": str(c.steps), "seed": str(c.seed), "train_config": c.to_json(),
                   "tokens_seen": str(step * c.tokens_per_step), "wall_time_s": f"{elapsed:.1f}",
                   "trainer": "glassllm.torch.train_ddp", "command": command,
@@ -155,19 +153,7 @@ def _save_state(out: Path, twin: Transformer, opt, step: int, c: TrainConfig, mc
 
 def _load_state(out: Path):
     """Read ``train_state.safetensors``: (tensors, metadata)."""
-    from safetensors import safe_open
-
-    path = out / "train_state.safetensors"
-    if not path.is_file():
-        raise ValueError(f"cannot resume: {str(path)!r} does not exist (start a run without --resume)")
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # safetensors' own error types
-        raise ValueError(f"cannot read {str(path)!r}: {e}") from None
-    if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
-        raise ValueError(f"{str(path)!r} is not a glassllm training state")
+    meta, tensors = read_state(out)
     return tensors, meta
 
 

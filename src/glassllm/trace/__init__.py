@@ -22,8 +22,10 @@ the model: a forward pass, a cached generation, a backward pass. Each forward
 is one *step* with its own n, m and start (a cached generation records a
 prefill with n = m = prompt length, then steps with n = 1, m = start + 1).
 ``names=`` stores only some snapshots (exact names, globs such as
-``layers.2.attn.*``, or layer-local names such as ``attn.softmax`` for every
-layer); ``dtype=`` casts what is stored. Snapshots that are not asked for cost
+``layers.2.attn.*``, layer-local names such as ``attn.softmax`` for every
+layer, or a function of a name); ``dtype=`` casts what is stored. Wherever a
+name is taken, TransformerLens' hook name for it works too
+(``blocks.2.attn.hook_pattern``, ``hook_z``, the short ``pattern``). Snapshots that are not asked for cost
 nothing: layers whose snapshots no one asks for keep running their kernels
 (:mod:`glassllm.kernels`).
 
@@ -37,9 +39,18 @@ snapshot by an intervention changes the loss by exactly this gradient, to
 first order.
 
 Interventions (:class:`Edit`, :class:`ZeroAblate`, :class:`MeanAblate`,
-:class:`Patch`, :class:`MaskOff`, :class:`Temperature`) replace a snapshot
+:class:`Patch`, :class:`MaskOff`, :class:`Temperature`, :class:`Steer`) replace a snapshot
 during the forward, so everything downstream sees the new value. The stored
 snapshot is the value the model went on with (after the intervention).
+
+Text in: ``trace(model, "Once upon a time", tokenizer=tok)`` encodes the text
+as :func:`glassllm.generate.generate` reads a prompt, and the trace keeps the
+forward's ``logits`` (like TransformerLens' ``run_with_cache``).
+
+Reading: a :class:`Trace` is a read-only mapping from name to array for its
+first forward pass (``t["layers.0.attn.softmax"]``, ``t["attn.softmax", 0]``,
+``t.keys()``, ``len(t)``), as TransformerLens' ``ActivationCache`` is;
+:meth:`Trace.as_transformer_lens` gives a snapshot in TransformerLens' layout.
 
 Export: :meth:`Trace.save` writes a ``.npz`` (a zip of ``.npy`` arrays) that
 also holds ``manifest.json`` (names, shapes, axes, tokens, config);
@@ -48,7 +59,8 @@ also holds ``manifest.json`` (names, shapes, axes, tokens, config);
 One concept per module: :mod:`~glassllm.trace.registry` (names, axes, shapes,
 the docs table), :mod:`~glassllm.trace.tracer` (recording),
 :mod:`~glassllm.trace.record` (:class:`Trace`, :class:`Step`, :func:`load_trace`),
-:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (the file format).
+:mod:`~glassllm.trace.interventions`, :mod:`~glassllm.trace.files` (the file format),
+:mod:`~glassllm.trace.explain` (each snapshot's equation and the line of code that records it).
 
 >>> from glassllm.nn import Transformer
 >>> model = Transformer(seed=0)
@@ -59,21 +71,37 @@ the docs table), :mod:`~glassllm.trace.tracer` (recording),
 (2, 3, 32)
 """
 
+import types
+
 from . import circuits, names, patching
 from .files import FORMAT, VERSION, validate_manifest
-from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Temperature,
+from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Steer, Temperature,
                             ZeroAblate)
 from .labelled import Labelled
 from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
 from .record import Step, Trace, load_trace
-from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, names, registry, snapshot_shape,
-                       snapshot_table, write_snapshot_doc)
+from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, registry, snapshot_shape, snapshot_table,
+                       write_snapshot_doc)
+from .registry import names as _registry_names
 from .tokens import to_str_tokens
 from .tracer import IGNORE_INDEX, Tracer, trace
 
+
+
+class _Names(types.ModuleType):
+    """``glassllm.trace.names`` is both documented things: called, the registry's names in forward order
+    (``glassllm.trace.names()``, :func:`glassllm.trace.registry.names`); its attributes, the TransformerLens
+    name map of :mod:`glassllm.trace.names` (``glassllm.trace.names.transformer_lens_name``)."""
+
+    def __call__(self, model_or_config=None) -> list[str]:
+        return _registry_names(model_or_config)
+
+
+names.__class__ = _Names
+
 __all__ = [
     "Tracer", "Trace", "Step", "trace", "load_trace", "registry", "names", "snapshot_shape", "axis_sizes",
-    "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature",
+    "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature", "Steer",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
     "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "direct_attribution", "patching", "circuits", "names",

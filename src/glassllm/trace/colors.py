@@ -23,6 +23,8 @@ import json
 
 import numpy as np
 
+from ..optional import require
+
 __all__ = ["SEQUENTIAL", "DIVERGING", "MASKED", "HATCH", "PROBABILITIES", "page_json", "scale",
            "colormap", "hatch_masked"]
 
@@ -68,7 +70,7 @@ def scale(values, name: str, grad: bool = False, mask=None) -> tuple[str, float,
 
 def colormap(kind: str):
     """The matplotlib colour map ``"sequential"`` or ``"diverging"``, made from the stops above."""
-    from matplotlib.colors import LinearSegmentedColormap
+    LinearSegmentedColormap = require("matplotlib.colors", "a colour map").LinearSegmentedColormap
 
     stops = {"sequential": SEQUENTIAL, "diverging": DIVERGING}.get(kind)
     if stops is None:
@@ -83,7 +85,7 @@ def hatch_masked(ax, mask) -> list:
     Each row's runs of masked cells become one rectangle on the :data:`MASKED`
     ground, hatched in the :data:`HATCH` colour. Returns the rectangles.
     """
-    from matplotlib.patches import Rectangle
+    Rectangle = require("matplotlib.patches", "hatching masked cells").Rectangle
 
     mask = np.asarray(mask, dtype=bool)
     ground = tuple(c / 255 for c in MASKED)

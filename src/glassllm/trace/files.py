@@ -23,6 +23,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import atomic_path
+from ..limits import parse_json
 from .registry import MAX_LAYERS, STORAGE_DTYPES, axis_sizes, registry
 
 FORMAT = "glassllm-trace"
@@ -178,24 +179,28 @@ def read_trace_file(path) -> tuple[dict, list[tuple[dict, dict]]]:
         raise ValueError(f"trace file {str(path)!r} does not exist or is not a file")
     try:
         with zipfile.ZipFile(path) as z:
-            return _read_trace(z, str(path))
+            return _read_trace(z, str(path), path.stat().st_size)
     except zipfile.BadZipFile as e:
         raise ValueError(f"{str(path)!r} is not a trace file: {e}") from None
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
         raise ValueError(f"{str(path)!r}: cannot read: {e}") from None
 
 
-def _read_trace(z: zipfile.ZipFile, where: str) -> tuple[dict, list[tuple[dict, dict]]]:
+def _read_trace(z: zipfile.ZipFile, where: str, size: int) -> tuple[dict, list[tuple[dict, dict]]]:
     members = {info.filename: info for info in z.infolist()}
+    for info in members.values():            # what each member claims must fit the archive's own bytes
+        if info.compress_size > size or (info.compress_type == zipfile.ZIP_STORED and info.file_size > size):
+            raise ValueError(f"{where!r}: member {info.filename[:60]!r} claims {info.file_size:,} bytes but the "
+                             f"whole file has {size:,}; expected a trace file written by Trace.save")
     info = members.get("manifest.json")
     if info is None:
         raise ValueError(f"{where!r} is not a trace file: it has no manifest.json")
     if info.file_size > MAX_MANIFEST_BYTES:
         raise ValueError(f"{where!r}: manifest.json is {info.file_size} bytes, larger than the limit")
     try:
-        manifest = json.loads(z.read(info).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"{where!r}: manifest.json is not valid JSON: {e}") from None
+        manifest = parse_json(z.read(info), "manifest.json")
+    except ValueError as e:
+        raise ValueError(f"{where!r}: {e}") from None
     try:
         validate_manifest(manifest)
     except ValueError as e:

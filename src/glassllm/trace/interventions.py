@@ -183,6 +183,57 @@ class Hook(Intervention):
         return f"Hook({self.patterns!r}, fn={getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
+class Steer(Intervention):
+    """Add ``scale * vector`` to snapshot(s) ``names`` at every position of every forward: a steering vector.
+
+    ``names``: snapshots of the residual stream's width, axes (n, C) -- ``layers.{i}.resid_pre``,
+    ``resid_mid``, ``resid_post``, ``attn.out``, ``mlp.out``, ``embed`` (a pattern may name several
+    layers: each gets the vector). ``vector``: C numbers, e.g. the difference of two prompts' mean
+    ``resid_pre`` at one layer. Gradients flow through (the sum keeps the graph). Under a
+    :class:`~glassllm.trace.Tracer` it steers generation too: every decoding step adds it to its new
+    position (a traced model always decodes through its own forward, so the edit is seen).
+
+    >>> from glassllm.nn import Transformer
+    >>> from glassllm.trace import Tracer, trace
+    >>> model = Transformer(seed=0)
+    >>> push = np.zeros(model.config.dim); push[0] = 1.0
+    >>> t = trace(model, [1, 2], names="layers.1.resid_pre", interventions=Steer("layers.1.resid_pre", push, 3.0))
+    >>> plain = trace(model, [1, 2], names="layers.1.resid_pre")
+    >>> (t.get("layers.1.resid_pre") - plain.get("layers.1.resid_pre"))[:, :2].round(6).tolist()
+    [[3.0, 0.0], [3.0, 0.0]]
+    """
+
+    def __init__(self, names, vector, scale: float = 1.0):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(scale):
+            raise ValueError(f"Steer: scale must be a finite number, got {scale!r}")
+        given = vector
+        vector = np.asarray(np.asarray(vector) if not isinstance(vector, (str, bytes, dict)) else None)
+        if vector.dtype.kind not in "biuf":
+            raise TypeError(f"Steer: vector must be real numbers, got {type(given).__name__} of {vector.dtype}")
+        if vector.ndim != 1:
+            raise ValueError(f"Steer: vector must be one vector (C,), got shape {vector.shape}")
+        if not np.isfinite(vector).all():
+            raise ValueError("Steer: vector has NaN or infinite values; it must be finite real numbers")
+        self.patterns, self.vector, self.scale = names, vector.astype(np.float64), float(scale)
+
+    def bind(self, axes, config):
+        found = resolve_all(self.patterns, axes)
+        wrong = next((k for k in found if tuple(axes[k]) != ("n", "C")), None)
+        if wrong is not None:
+            raise ValueError(f"Steer adds to the residual stream: {wrong!r} has axes {axes[wrong]}, "
+                             "expected (n, C) (resid_pre, resid_mid, resid_post, attn.out, mlp.out, embed)")
+        if self.vector.shape != (config.dim,):
+            raise ValueError(f"Steer: vector must have the model's width C={config.dim}, got shape {self.vector.shape}")
+        return found
+
+    def apply(self, name, t, step):
+        return t + _finite(name, "Steer", self.scale * self.vector, t.dtype)         # (B, n, C) + (C,)
+
+    def __repr__(self):
+        return f"Steer({self.patterns!r}, vector=array({self.vector.shape[0]}), scale={self.scale})"
+
+
 class ZeroAblate(Intervention):
     """Zero head ``head`` of layer ``layer``: its slice of ``attn.mix`` (the per-head output before W_O)."""
 

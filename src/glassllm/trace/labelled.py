@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..optional import require
+
 
 class Labelled:
     """``values`` (an array) with ``dims`` (axis names) and ``labels`` (a list of labels per axis).
@@ -92,7 +94,7 @@ class Labelled:
         Signed numbers get a scale symmetric around 0. More than two axes:
         select some first (:meth:`sel`).
         """
-        import matplotlib.pyplot as plt
+        plt = require("matplotlib.pyplot", "Labelled.plot")
 
         if ax is None:
             _, ax = plt.subplots()

@@ -20,10 +20,14 @@ The differences:
 
 The table in ``docs/snapshots.md`` (:func:`name_map_table`) also names each
 snapshot's Hugging Face counterpart.
+
+Called, the module is the registry's list of names: ``glassllm.trace.names()`` is
+:func:`glassllm.trace.registry.names` (every snapshot name in forward order).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 import numpy as np
@@ -98,6 +102,93 @@ def transformer_lens_name(name: str) -> str | None:
     local, layer = _split(name)
     hook = _MAP[local][0]
     return None if hook is None else hook.replace("{i}", str(layer))
+
+
+# TransformerLens' short names (``cache["pattern", 0]``, ``utilities.get_act_name``): which part of a block
+# holds the hook, and the other words it accepts for some of them.
+_SHORT_PART = {**dict.fromkeys(("q", "k", "v", "z", "rot_q", "rot_k", "result", "pattern", "attn_scores"), "attn"),
+               **dict.fromkeys(("pre", "post", "mid", "pre_linear"), "mlp")}
+_SHORT_ALIAS = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
+                "mlp_pre": "pre", "mlp_mid": "mid", "mlp_post": "post"}
+_LN_PART = {"ln1": "ln1", "ln2": "ln2", "a": "ln1", "m": "ln2"}
+
+
+def transformer_lens_hook(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
+    """A TransformerLens hook name from its short form, as ``transformer_lens.utilities.get_act_name`` builds it.
+
+    A name with a dot or starting with ``hook_`` is already a hook name and is returned as it is.
+
+    >>> transformer_lens_hook("pattern", 2), transformer_lens_hook("resid_pre", 0), transformer_lens_hook("embed")
+    ('blocks.2.attn.hook_pattern', 'blocks.0.hook_resid_pre', 'hook_embed')
+    >>> transformer_lens_hook("scale", 1, "ln2"), transformer_lens_hook("scale")
+    ('blocks.1.ln2.hook_scale', 'ln_final.hook_scale')
+    """
+    if ("." in name or name.startswith("hook_")) and layer is None and layer_type is None:
+        return name
+    name = _SHORT_ALIAS.get(name, name)
+    part = _SHORT_PART.get(name) or _LN_PART.get(layer_type or "", layer_type or "")
+    hook = (f"{part}." if part else "") + f"hook_{name}"
+    if layer is not None:
+        return f"blocks.{layer}.{hook}"
+    return f"ln_final.{hook}" if name in ("scale", "normalized") else hook
+
+
+def from_transformer_lens(hook: str) -> tuple[str, int | None] | None:
+    """A TransformerLens hook name (full, without its block, or short) as glassllm's ``(local name, layer)``.
+
+    ``layer`` is None when the hook name does not say it (outside the blocks, or given without
+    ``blocks.{i}.``); None when ``hook`` is no TransformerLens name of a snapshot.
+
+    >>> from_transformer_lens("blocks.2.attn.hook_pattern"), from_transformer_lens("z")
+    (('attn.softmax', 2), ('attn.mix', None))
+    >>> from_transformer_lens("unembed.hook_out"), from_transformer_lens("attn.softmax") is None
+    (('logits', None), True)
+    """
+    if not isinstance(hook, str):
+        return None
+    found = re.match(r"^blocks\.(\d+)\.(.+)$", hook)
+    layer, rest = (int(found.group(1)), found.group(2)) if found else (None, hook)
+    for candidate in dict.fromkeys((rest, transformer_lens_hook(rest))):
+        for local, (template, _, _) in _MAP.items():
+            if template is None:
+                continue
+            inside = template.removeprefix("blocks.{i}.")
+            if candidate == inside and (layer is None or inside != template):
+                return local, layer
+    return None
+
+
+def match_transformer_lens(pattern: str, names, layer: int | None = None) -> list[str]:
+    """The snapshot names among ``names`` whose TransformerLens hook ``pattern`` names, in their order.
+
+    ``pattern``: a full hook name (``blocks.2.attn.hook_pattern``), a glob of them (``blocks.*.attn.hook_z``),
+    a hook name without its block (``attn.hook_pattern``: every layer, or only ``layer``), or a short name
+    (``pattern``, ``resid_pre``, ``z``; see :func:`transformer_lens_hook`). Empty when nothing matches.
+
+    >>> match_transformer_lens("blocks.1.attn.hook_pattern", ["layers.0.attn.softmax", "layers.1.attn.softmax"])
+    ['layers.1.attn.softmax']
+    >>> match_transformer_lens("pattern", ["layers.0.attn.softmax", "layers.1.attn.softmax"], layer=0)
+    ['layers.0.attn.softmax']
+    """
+    hooks = {}
+    for name in names:
+        try:
+            hook = transformer_lens_name(name)
+        except ValueError:                       # a name this table does not know
+            continue
+        if hook is not None:
+            hooks[name] = hook
+    tries = [pattern]
+    if not pattern.startswith("blocks."):
+        tries.append(transformer_lens_hook(pattern) if layer is None else transformer_lens_hook(pattern, layer))
+    block = "blocks.*." if layer is None else f"blocks.{layer}."
+    for p in tries:
+        inside = not p.startswith("blocks.")
+        for glob in ([p] if layer is None or not inside else []) + ([block + p, block + "*." + p] if inside else []):
+            found = [k for k, hook in hooks.items() if fnmatch.fnmatchcase(hook, glob)]
+            if found:
+                return found
+    return []
 
 
 def _halves(x: np.ndarray) -> np.ndarray:

@@ -12,6 +12,10 @@ restores. The cells:
   (``attn.mix`` by default, the per-head output before W_O): (L, H);
 * :func:`head_position` -- one head at one position: (L, H, n).
 
+:func:`attribution` estimates all three at once, to first order, from one
+forward and one backward pass of the corrupted prompt (and one forward of the
+clean one): *attribution patching*, the gradient approximation of the sweeps.
+
 These are TransformerLens' ``patching.get_act_patch_resid_pre``,
 ``get_act_patch_attn_head_out_all_pos`` and ``get_act_patch_attn_head_out_by_pos``.
 Every cell of a layer is one row of a batch, so a layer costs one forward
@@ -29,7 +33,7 @@ from ..autograd import Tensor
 from .interventions import Intervention
 from .labelled import Labelled
 from .registry import head_axis, resolve
-from .tracer import Tracer, trace
+from .tracer import Tracer, parameter_grads_kept, trace
 
 
 def logit_diff(answer: int, wrong: int, position: int = -1):
@@ -82,6 +86,21 @@ def _metric_of(metric, logits: np.ndarray) -> np.ndarray:
     return np.array([float(r.reshape(())) for r in rows])
 
 
+def _default_metric(clean_logits: np.ndarray, corrupt_logits: np.ndarray):
+    """logit_diff of the clean run's and the corrupted run's most likely next tokens at the last position."""
+    answer, wrong = int(clean_logits[-1].argmax()), int(corrupt_logits[-1].argmax())
+    if answer == wrong:
+        raise ValueError(f"the clean and the corrupted prompt both predict token {answer} next, so the "
+                         "default metric (their logit difference) is 0 everywhere; pass metric=")
+    return logit_diff(answer, wrong)
+
+
+def _positions(ids: np.ndarray, tokenizer) -> list:
+    """Position labels: 0, 1, ... or, with a tokenizer, '0:piece', '1:piece', ..."""
+    return list(range(len(ids))) if tokenizer is None else [
+        f"{i}:{p}" for i, p in enumerate(tokenizer.pieces(ids.tolist()))]
+
+
 class _Sweep:
     """The clean values of one snapshot in every layer, and the runs that patch them into the corrupted prompt."""
 
@@ -98,13 +117,7 @@ class _Sweep:
             source = trace(model, self.clean, names=self.names + ["logits"])
             plain = trace(model, self.corrupt, names=["logits"]).get("logits")
         self.source = {k: source.get(k) for k in self.names}
-        if metric is None:
-            answer, wrong = int(source.get("logits")[-1].argmax()), int(plain[-1].argmax())
-            if answer == wrong:
-                raise ValueError(f"the clean and the corrupted prompt both predict token {answer} next, so the "
-                                 "default metric (their logit difference) is 0 everywhere; pass metric=")
-            metric = logit_diff(answer, wrong)
-        self.metric = metric
+        self.metric = metric = _default_metric(source.get("logits"), plain) if metric is None else metric
         self.baseline = {"clean": float(_metric_of(metric, source.get("logits")[None])[0]),
                          "corrupt": float(_metric_of(metric, plain[None])[0])}
 
@@ -124,8 +137,7 @@ class _Sweep:
         return Labelled(values, dims, labels, title, self.baseline)
 
     def positions(self, tokenizer) -> list:
-        return list(range(len(self.clean))) if tokenizer is None else [
-            f"{i}:{p}" for i, p in enumerate(tokenizer.pieces(self.clean.tolist()))]
+        return _positions(self.clean, tokenizer)
 
     def head_axis(self) -> int:
         axis = head_axis(self.axes)
@@ -199,3 +211,81 @@ def head_position(model, clean, corrupt, *, name: str = "attn.mix", metric=None,
                 sels[(h * n + p,) + tuple(index)] = True
         values[layer] = s.run(layer, sels).reshape(count, n)
     return s.result(values, ("layer", "head", "position"), [range(s.L), range(count), s.positions(tokenizer)], name)
+
+
+def attribution(model, clean, corrupt, *, metric=None, tokenizer=None, resid: str = "resid_pre",
+                head: str = "attn.mix") -> dict:
+    """Attribution patching: every cell of the three sweeps at once, to first order in the patched values.
+
+    Patching a cell replaces the corrupted run's values a there by the clean run's a'; to first order
+    the metric then moves by ``sum((a' - a) * d metric / d a)`` over the cell's numbers, with the
+    gradient taken in the corrupted run. One forward of the clean prompt (its values), one forward
+    and one backward of the corrupted prompt (its values and gradients) give that for every cell,
+    where the sweeps run one patched forward per cell. Returns a dict of
+    :class:`~glassllm.trace.labelled.Labelled` arrays shaped and labelled as the sweep of the same
+    name, each holding the corrupted metric plus that first-order change (the sweep's prediction):
+
+    * ``"layer_position"`` (L, n): snapshot ``resid`` of each layer at each position (:func:`layer_position`);
+    * ``"heads"`` (L, heads): one head of snapshot ``head``, all positions (:func:`heads`);
+    * ``"head_position"`` (L, heads, n): one head at one position (:func:`head_position`).
+
+    ``metric(logits (1, n, V)) -> (1,)`` must be written with indexing and arithmetic that
+    glassllm's autograd follows (it gets the logits as a :class:`~glassllm.autograd.Tensor`), as
+    :func:`logit_diff`, the default, is. The estimate is exact where the metric is linear in the
+    cell; it is a guess where the model is far from linear between the two runs (a patched
+    embedding often is), which is why the sweeps exist.
+
+    >>> from glassllm.nn import Transformer
+    >>> att = attribution(Transformer(seed=0), [1, 2, 3], [1, 5, 3], metric=logit_diff(7, 8))
+    >>> att["layer_position"].shape, att["heads"].shape, att["head_position"].shape
+    ((4, 3), (4, 4), (4, 4, 3))
+    """
+    clean, corrupt = _check_pair(model, clean, corrupt)
+    axes = model.snapshot_axes()
+    L = model.config.n_layers
+    resids = [resolve(resid, axes, layer=i)[0] for i in range(L)]
+    mixes = [resolve(head, axes, layer=i)[0] for i in range(L)]
+    if "n" not in axes[resids[0]]:
+        raise ValueError(f"{resids[0]!r} has no position axis n (axes {', '.join(axes[resids[0]])})")
+    if head_axis(axes[mixes[0]]) is None or "n" not in axes[mixes[0]]:
+        raise ValueError(f"{mixes[0]!r} needs a head axis and a position axis (axes {', '.join(axes[mixes[0]])}); "
+                         "use attn.mix, attn.head_out, attn.q, ...")
+    names = list(dict.fromkeys(resids + mixes))
+    with ag.no_grad():
+        source = trace(model, clean, names=names)
+    if not ag.is_grad_enabled():
+        raise ValueError("attribution back-propagates the metric: call it outside no_grad()")
+    tracer = Tracer(model, names=names)
+    with parameter_grads_kept(model), tracer:
+        logits = model(corrupt[None])                                           # (1, n, V)
+        if metric is None:
+            metric = _default_metric(source.logits, logits.data[0])
+        value = metric(logits)
+        if not isinstance(value, Tensor) or value.data.size != 1:
+            got = f"a Tensor of shape {value.shape}" if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"attribution differentiates the metric: it must give one number as a glassllm Tensor "
+                             f"(write it with indexing and arithmetic on the logits, as logit_diff), got {got}")
+        value.sum().backward()
+    run = tracer.trace
+    baseline = {"clean": float(_metric_of(metric, source.logits[None])[0]), "corrupt": float(value.data.sum())}
+
+    def change(name: str) -> np.ndarray:
+        """(a' - a) * d metric / d a, in float64, with the head axis (if any) and n first."""
+        d = (source.get(name).astype(np.float64) - run.get(name)) * run.grad(name)
+        keep = [i for i in (head_axis(axes[name]), axes[name].index("n")) if i is not None]
+        return np.moveaxis(d, keep, range(len(keep))).reshape(*(d.shape[i] for i in keep), -1).sum(-1)
+
+    by_position = np.stack([change(k) for k in resids])                          # (L, n)
+    by_cell = np.stack([change(k) for k in mixes])                               # (L, heads, n)
+    positions = _positions(clean, tokenizer)
+    count = by_cell.shape[1]
+    title = f"attribution patching {{}}: {getattr(metric, '__name__', 'metric')}"
+    base = baseline["corrupt"]
+    return {
+        "layer_position": Labelled(base + by_position, ("layer", "position"), [range(L), positions],
+                                   title.format(resid), baseline),
+        "heads": Labelled(base + by_cell.sum(-1), ("layer", "head"), [range(L), range(count)],
+                          title.format(head), baseline),
+        "head_position": Labelled(base + by_cell, ("layer", "head", "position"),
+                                  [range(L), range(count), positions], title.format(head), baseline),
+    }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..nn import causal_mask
+from ..optional import require
 from . import colors
 from .registry import head_axis
 
@@ -36,10 +37,7 @@ def plot(trace, name: str, layer=None, head=None, step=None, grad: bool = False,
     ``head``. ``tokenizer`` labels the position axes with token pieces.
     ``ax``: a matplotlib Axes (default: a new figure's).
     """
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError("Trace.plot needs matplotlib: pip install matplotlib (or glassllm[app])") from None
+    plt = require("matplotlib.pyplot", "Trace.plot")
 
     full = trace.name(name, layer)
     s = trace.step(step)

@@ -5,12 +5,14 @@ Arrays are stored with the batch axis removed and are read-only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..config import ModelConfig
 from .files import manifest_of, read_trace_file, save_trace
+from .names import to_transformer_lens, transformer_lens_name
 from .registry import axis_sizes, check_index, head_axis, registry, resolve
 
 
@@ -38,11 +40,25 @@ class Step:
     pad: int = 0
 
 
-class Trace:
+class Trace(Mapping):
     """Snapshots (and gradients) of one or more forward passes, keyed by step and name.
 
     Read with :meth:`get` / :meth:`grad`; export with :meth:`save`.
+
+    A trace is also a read-only mapping from snapshot name to array, for its first
+    forward pass, as TransformerLens' ``ActivationCache`` is: ``trace["layers.0.attn.softmax"]``,
+    ``trace["attn.softmax", 0]`` (a layer-local name and a layer; negative layers count from the
+    end), ``name in trace``, ``len(trace)``, ``trace.keys()``, ``trace.items()``, iteration, in
+    forward order. A TransformerLens hook name works as a key too (``trace["blocks.0.attn.hook_pattern"]``,
+    ``trace["pattern", 0]``); the array keeps glassllm's layout (heads first, batch removed):
+    :meth:`as_transformer_lens` gives TransformerLens' layout. Later steps (a cached generation's)
+    are read with ``get(name, step=)``. Unlike a dict's, :meth:`get` raises for a name that was
+    not recorded (it takes ``layer``, ``head`` and ``step``, not a default). Two traces are equal
+    only when they are the same object.
     """
+
+    __eq__ = object.__eq__           # not Mapping's element-wise comparison of arrays
+    __hash__ = object.__hash__
 
     def __init__(self, config: ModelConfig, axes: dict, recorded: list[str], steps: list[Step],
                  batch: int = 0, dtype: str = "float32", interventions: list[str] | None = None):
@@ -55,6 +71,8 @@ class Trace:
         self.interventions = list(interventions or [])
         self.loss: float | None = None
         self.without_loss = False          # made by trace() without targets: no gradient to ask for
+        self.logits: np.ndarray | None = None   # trace() keeps the forward's logits (n, V), as run_with_cache
+        self.tokenizer = None              # the tokenizer that read trace()'s text, if it was given one
 
     def __repr__(self) -> str:
         return f"Trace({len(self._names)} names, {len(self.steps)} step(s), batch row {self.batch})"
@@ -105,6 +123,66 @@ class Trace:
             raise ValueError(f"{name!r} matches {len(found)} snapshots ({found[0]}, ...); "
                              f"pass layer= or a full name")
         return found[0]
+
+    # -- the mapping: the first forward pass ------------------------------------
+    def _key(self, key) -> str:
+        """The full name a mapping key stands for: a name, or (name, layer); KeyError if there is none."""
+        if isinstance(key, tuple):
+            if len(key) != 2:
+                raise KeyError(f"a trace key is a name or (name, layer), got {key!r}")
+            name, layer = key
+        else:
+            name, layer = key, None
+        if not isinstance(name, str):
+            raise KeyError(f"a trace key is a snapshot name (a str) or (name, layer), got {key!r}")
+        try:
+            found = resolve(name, self.axes, layer)
+        except (TypeError, ValueError) as e:
+            raise KeyError(str(e)) from None
+        if len(found) != 1:
+            raise KeyError(f"{name!r} matches {len(found)} snapshots ({found[0]}, ...); "
+                           f"give a layer, trace[{name!r}, 0], or a full name")
+        return found[0]
+
+    def _first(self) -> dict:
+        return self.steps[0].values if self.steps else {}
+
+    def __getitem__(self, key) -> np.ndarray:
+        full = self._key(key)
+        if full not in self._first():
+            raise KeyError(f"{full!r} was not recorded; this trace holds {len(self)} snapshot(s) "
+                           "(pass names=None to record everything)")
+        return self._first()[full]
+
+    def __iter__(self):
+        first = self._first()
+        return (k for k in self._names if k in first)
+
+    def __len__(self) -> int:
+        first = self._first()
+        return sum(k in first for k in self._names)
+
+    def __contains__(self, key) -> bool:
+        try:
+            return self._key(key) in self._first()
+        except KeyError:
+            return False
+
+    def as_transformer_lens(self, name, layer=None, step=None) -> np.ndarray:
+        """Snapshot ``name`` in the layout of the TransformerLens hook holding the same numbers, batch axis first.
+
+        The value ``cache[hook]`` of ``HookedTransformer.run_with_cache`` (or a ``TransformerBridge``) has on
+        the same weights exported with ``glassllm export --format hf``: a batch axis of 1 in front, positions
+        before heads (``hook_q``, ``hook_z``, ...), q and k features in split-halves order, -inf in the masked
+        cells of ``hook_attn_scores`` and ``hook_scale`` as (n, 1). ``name`` may be a TransformerLens hook
+        name; selection as in :meth:`get`. ValueError for a snapshot with no TransformerLens counterpart
+        (``attn.mask``, ``attn.cache_k``, ``mlp.act``, ``probs``), naming it.
+        """
+        full = self.name(name, layer)
+        if transformer_lens_name(full) is None:
+            raise ValueError(f"{full!r} has no TransformerLens counterpart")
+        mask = self.get(full.replace("attn.scores", "attn.mask"), step=step) if full.endswith("attn.scores") else None
+        return to_transformer_lens(full, self.get(full, step=step), mask)[None]
 
     def step(self, step=None) -> Step:
         if step is None:
@@ -171,12 +249,13 @@ class Trace:
 
         Returns a display object that Jupyter renders inline (the inspector's
         offline page in a frame: no server, no network); ``tokenizer`` labels the
-        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm[app]``).
+        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm-numpy[app]``).
         """
         # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
         # when called: the tracer does not import the inspector.
         import importlib
 
+        tokenizer = self.tokenizer if tokenizer is None else tokenizer
         return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
 
     def shape(self, name: str, layer=None, step=None) -> tuple:

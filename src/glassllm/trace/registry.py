@@ -21,9 +21,12 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import atomic_write
+from ..limits import limit
+from .explain import DESCRIPTIONS, equation, sites
+from .names import match_transformer_lens, transformer_lens_name
 
 STORAGE_DTYPES = ("float16", "float32", "float64")
-MAX_LAYERS = 1024              # a config (or trace file) with more layers than this is refused
+MAX_LAYERS = limit("layers")   # a config (or trace file) with more layers than this is refused (glassllm.limits)
 
 
 def registry(model_or_config=None) -> dict[str, tuple[str, ...]]:
@@ -95,12 +98,16 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
 
     A pattern is a full name (``layers.2.attn.softmax``), a glob
     (``layers.2.attn.*``) or a layer-local name/glob (``attn.softmax``: every
-    layer, or only ``layer`` when given).
+    layer, or only ``layer`` when given). A TransformerLens hook name stands for
+    the snapshot holding its numbers (``blocks.2.attn.hook_pattern``,
+    ``attn.hook_pattern``, the short ``pattern``; see
+    :func:`glassllm.trace.names.match_transformer_lens`) where no glassllm name matches.
     """
     if not isinstance(pattern, str):
         raise TypeError(f"a snapshot name must be a str, got {type(pattern).__name__}")
     if layer is None and pattern in axes:
         return [pattern]
+    given = pattern
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
         layer = check_layer(layer, n_layers)
@@ -111,6 +118,8 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
     found = [k for k in axes if fnmatch.fnmatchcase(k, pattern)]
     if not found and not pattern.startswith("layers."):
         found = [k for k in axes if fnmatch.fnmatchcase(k, "layers.*." + pattern)]
+    if not found and not given.startswith("layers."):
+        found = match_transformer_lens(given, axes, layer)          # a TransformerLens hook name, as an alias
     if not found:
         bad = re.match(r"layers\.(\d+)\.", pattern)
         if bad and int(bad.group(1)) >= n_layers:
@@ -122,16 +131,35 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
 
 def resolve_all(patterns, axes: dict) -> list[str]:
     """Registry names matched by any of ``patterns`` (a str or a list of them, as for
-    :func:`resolve`), each once, in forward order."""
+    :func:`resolve`), each once, in forward order.
+
+    ``patterns`` may also be a function of a name returning True or False (TransformerLens'
+    ``names_filter``): it is asked about every snapshot by its glassllm name and, where it has one,
+    by its TransformerLens hook name, and the snapshot is chosen when either answer is True.
+    """
     if isinstance(patterns, str):
         patterns = [patterns]
+    if callable(patterns):
+        return [k for k in axes if _chosen(patterns, k)]
     if isinstance(patterns, (bytes, dict)) or not isinstance(patterns, (list, tuple, set, frozenset)):
-        raise TypeError(f"names must be a str or a list of str, got {type(patterns).__name__}")
+        raise TypeError(f"names must be a str, a list of str or a function of a name, got {type(patterns).__name__}")
     patterns = list(patterns)
     chosen = set()
     for p in patterns:
         chosen.update(resolve(p, axes))
     return [k for k in axes if k in chosen]
+
+
+def _chosen(accept, name: str) -> bool:
+    """Does the filter ``accept`` take snapshot ``name`` (by its own name or its TransformerLens hook's)?"""
+    hook = transformer_lens_name(name)
+    for key in (name, hook) if hook is not None else (name,):
+        answer = accept(key)
+        if not isinstance(answer, (bool, np.bool_)):
+            raise TypeError(f"a names filter must return True or False, got {answer!r} for {key!r}")
+        if answer:
+            return True
+    return False
 
 
 def head_axis(axes: tuple) -> int | None:
@@ -184,44 +212,6 @@ def check_layer(layer, n_layers: int) -> int:
 # The documented table (docs/snapshots.md)
 # ----------------------------------------------------------------------------
 
-# What each snapshot is; keys are names with the layer number removed.
-DESCRIPTIONS = {
-    "embed": "token embedding rows: the residual stream entering layer 0",
-    "resid_pre": "residual stream entering the block",
-    "attn_norm.in": "input of the attention RMSNorm (same values as resid_pre; its gradient is the norm's share)",
-    "attn_norm.rms": "root mean square of each position's vector, `sqrt(mean(in**2) + eps)`",
-    "attn_norm.out": "normalised input of attention: `in / rms * weight`",
-    "attn.q": "queries: `attn_norm.out @ wq.T`, split into heads",
-    "attn.k": "keys: `attn_norm.out @ wk.T`, one per key/value head",
-    "attn.v": "values: `attn_norm.out @ wv.T`, one per key/value head",
-    "attn.rope_q": "queries rotated by their absolute positions (RoPE, interleaved pairs)",
-    "attn.rope_k": "keys rotated by their absolute positions",
-    "attn.cache_k": "all m keys the queries read: the cached ones followed by rope_k",
-    "attn.cache_v": "all m values the queries read: the cached ones followed by v",
-    "attn.scores": "`rope_q @ cache_k.T / sqrt(D)`, each K/V head serving its query heads; before the mask",
-    "attn.mask": "True where key j is in query i's future (forbidden)",
-    "attn.softmax": "attention weights: softmax over keys of the masked scores; rows sum to 1",
-    "attn.mix": "per-head outputs: `softmax @ cache_v`, before the output projection",
-    "attn.head_out": "each head's share of the output: its slice of `mix` @ its slice of `wo.T`; "
-                     "they sum to `out`",
-    "attn.out": "heads concatenated and projected: `concat(mix) @ wo.T`",
-    "resid_mid": "residual stream after attention: `resid_pre + attn.out`",
-    "mlp_norm.in": "input of the MLP RMSNorm (same values as resid_mid; its gradient is the norm's share)",
-    "mlp_norm.rms": "root mean square of each position's vector",
-    "mlp_norm.out": "normalised input of the MLP",
-    "mlp.gate": "gate pre-activation: `mlp_norm.out @ w1.T`",
-    "mlp.up": "up projection: `mlp_norm.out @ w3.T`",
-    "mlp.act": "`silu(gate) = gate * sigmoid(gate)`",
-    "mlp.prod": "`act * up`, the SwiGLU hidden vector",
-    "mlp.out": "down projection: `prod @ w2.T`",
-    "resid_post": "residual stream after the MLP: `resid_mid + mlp.out`",
-    "norm.in": "input of the final RMSNorm (the last block's output)",
-    "norm.rms": "root mean square of each position's vector",
-    "norm.out": "normalised final residual stream",
-    "logits": "next-token scores over the vocabulary",
-    "probs": "softmax of the logits: next-token probabilities",
-}
-
 DOC_BEGIN = "<!-- BEGIN GENERATED: python -m glassllm.trace docs/snapshots.md -->"
 DOC_END = "<!-- END GENERATED -->"
 
@@ -242,10 +232,13 @@ def generic_names(config: ModelConfig | None = None) -> list[tuple[str, tuple[st
 
 
 def snapshot_table(config: ModelConfig | None = None) -> str:
-    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), meaning."""
-    rows = ["| name | axes | shape | what it is |", "|---|---|---|---|"]
+    """The Markdown table of every snapshot: name, axes, shape for ``config`` (n, m symbolic), equation,
+    meaning, and the function whose ``self.snap`` call records it (:mod:`glassllm.trace.explain`)."""
+    where = sites()
+    rows = ["| name | axes | shape | equation | what it is | recorded in |", "|---|---|---|---|---|---|"]
     for generic, axes, shape, description in generic_names(config):
-        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(shape)} | {description} |")
+        rows.append(f"| `{generic}` | {_tuple(axes)} | {_tuple(shape)} | {equation(generic)['text']} | "
+                    f"{description} | `{where[generic].function}` |")
     return "\n".join(rows) + "\n"
 
 

@@ -9,10 +9,14 @@ interventions replace a snapshot.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from .. import autograd as ag
 from ..autograd import Tensor
+from ..checks import ParameterError
+from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
 from .registry import check_index, registry, resolve_all, storage_dtype
@@ -70,6 +74,7 @@ class Tracer:
         self.steps: list[Step] = []
         self._live: list[tuple[Step, str, Tensor]] = []
         self._model_dtype = None                       # the model's dtype at the first forward
+        self._edited = None                            # (step, intervention) of this forward's last change
 
     # -- the protocol the model calls -----------------------------------------
     def begin_forward(self, n: int, m: int, start: int, tokens, pad=None) -> None:
@@ -108,6 +113,14 @@ class Tracer:
                 raise ValueError(f"{iv!r} returned {got} for {name!r}, expected a Tensor of "
                                  f"{np.dtype(t.dtype).name} {t.shape}")
             t = new
+            self._edited = (step, iv)
+        if self._edited is not None and self._edited[0] is step and t.data.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                broken = np.isnan(t.data).any() or np.isposinf(t.data).any()   # -inf is a mask's, and fine
+            if broken:
+                raise ValueError(f"after {self._edited[1]!r}, snapshot {name!r} is non-finite (NaN or +inf): the changed "
+                                 f"numbers overflow what the model computes in {np.dtype(t.dtype).name}; "
+                                 "give smaller values")
         if name in self.selected:
             if ag.is_grad_enabled() and t.requires_grad:
                 # An identity node of its own, so that this name gets its own gradient.
@@ -170,12 +183,32 @@ class Tracer:
         return [k for k in self.axes if k in self.selected]
 
 
+@contextmanager
+def parameter_grads_kept(model):
+    """A backward pass inside leaves the parameters' ``.grad`` as they were before it (for a trace's gradients)."""
+    params = model.parameters()
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+
+
 IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
 
 
 def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, batch: int = 0, dtype=None,
-          interventions=()) -> Trace:
+          interventions=(), tokenizer=None) -> Trace:
     """Run one forward of ``tokens`` (B, n) or (n,) under a :class:`Tracer` and return its :class:`Trace`.
+
+    ``tokens`` may be text, with ``tokenizer=``: it is encoded as :func:`glassllm.generate.generate`
+    reads a prompt (``tokenizer.encode_prompt``: special tokens allowed, ``<s>`` first for a
+    SentencePiece Llama). The returned trace holds the forward's ``logits`` (n, V) of the kept
+    batch row whatever ``names`` records, and the ``tokenizer`` (which then labels ``show()``),
+    like TransformerLens' ``run_with_cache(text)``, which returns the logits with the cache.
 
     With ``targets``, the mean cross-entropy is back-propagated too, so every
     snapshot gets its gradient (``trace.loss`` holds the loss). The
@@ -194,6 +227,11 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
     (False, True)
     """
     tracer = Tracer(model, names, batch=batch, dtype=dtype, interventions=interventions)
+    if tokenizer is not None and getattr(tokenizer, "vocab_size", None) != model.config.vocab_size:
+        raise ParameterError("tokenizer", f"has {getattr(tokenizer, 'vocab_size', None)} ids but the model "
+                                          f"expects {model.config.vocab_size}")
+    if isinstance(tokens, str):
+        tokens = np.array(prompt_ids(tokens, model, tokenizer, "tokens"))         # (n,)
     if loss_at is not None and targets is None:
         raise ValueError("loss_at= chooses where the loss of targets= counts: pass targets= too")
     if targets is not None:
@@ -203,24 +241,24 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
             raise ValueError("trace(..., targets=) back-propagates the loss: call it outside no_grad()")
     if targets is None:
         with ag.no_grad(), tracer:
-            model(tokens, cache)
+            logits = model(tokens, cache)
         out = tracer.trace
         out.without_loss = True
-        return out
-    params = model.parameters()
-    saved = [p.grad for p in params]
-    for p in params:
-        p.grad = None
-    try:
-        with tracer:
-            logits = model(tokens, cache)
-            loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
-            loss.backward()
-    finally:
-        for p, g in zip(params, saved):
-            p.grad = g
+        return _finish(out, logits, batch, tokenizer)
+    with parameter_grads_kept(model), tracer:
+        logits = model(tokens, cache)
+        loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
+        loss.backward()
     out = tracer.trace
     out.loss = float(loss.item())
+    return _finish(out, logits, batch, tokenizer)
+
+
+def _finish(out: Trace, logits: Tensor, batch: int, tokenizer) -> Trace:
+    """The trace with the kept row's logits (read-only) and the tokenizer that read its text."""
+    row = np.array(logits.data[batch])                                          # (n, V)
+    row.flags.writeable = False
+    out.logits, out.tokenizer = row, tokenizer
     return out
 
 

@@ -14,12 +14,16 @@ import numpy as np
 
 from ..checks import ParameterError, ParameterTypeError
 from ..config import JsonConfig
+from ..limits import over_limit
 from ..data import REPEAT_TOKENS
 from ..optim import lr_at
 
 __all__ = ["TrainConfig", "RECIPES", "DTYPES"]
 
 DTYPES = {"float32": np.float32, "float64": np.float64}   # TrainConfig.dtype -> the model's float type
+
+
+_LIMITED = {"timeline_points": "timeline_points", "workers": "threads"}   # fields bounded by glassllm.limits
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class TrainConfig(JsonConfig):
                 raise ParameterTypeError(name, f"must be an int, got {value!r}", owner="TrainConfig")
             if value < low:
                 raise ParameterError(name, f"must be >= {low}, got {value}", owner="TrainConfig")
+            problem = name in _LIMITED and over_limit(value, _LIMITED[name])
+            if problem:                                          # glassllm.limits
+                raise ParameterError(name, problem, owner="TrainConfig")
         for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "repeat_fraction",
                      "short_repeat_fraction", "doc_start_fraction"):
             value = getattr(self, name)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_path, atomic_write, make_folder, read_tagged
+from ..files import atomic_path, atomic_write, encode_safetensors, make_folder, read_tagged
+from ..optional import require
 
 __all__ = ["RUN_FILES", "STATE_FORMAT", "STATE_VERSION", "write_state", "read_state", "write_loss_csv",
            "write_loss_png", "lock_run_folder"]
@@ -33,9 +34,7 @@ LOSS_COLUMNS = ("step", "tokens", "lr", "loss", "grad_norm", "val_loss", "val_bp
 
 def write_state(path, tensors: dict[str, np.ndarray], meta: dict[str, str]) -> None:
     """Write a training state file (safetensors, format and version in its metadata) atomically."""
-    from safetensors.numpy import save
-
-    atomic_write(path, save(tensors, metadata={"format": STATE_FORMAT, "version": STATE_VERSION, **meta}))
+    atomic_write(path, encode_safetensors(tensors, {"format": STATE_FORMAT, "version": STATE_VERSION, **meta}))
 
 
 def read_state(out_dir) -> tuple[dict[str, str], dict[str, np.ndarray]]:
@@ -62,9 +61,8 @@ def write_loss_csv(history: list[dict], path) -> None:
 
 def write_loss_png(history: list[dict], path) -> None:
     """Plot the loss curve with matplotlib's Agg backend (no display needed), atomically."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    require("matplotlib", "the loss plot (loss.png)").use("Agg")
+    Figure = require("matplotlib.figure", "the loss plot (loss.png)").Figure
 
     fig = Figure(figsize=(7, 4), dpi=100)
     ax = fig.add_subplot()

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import ParameterError
+from ..limits import over_limit
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
+from ..optional import require
 
 __all__ = ["train_step", "GradientThreads", "NonFinite", "find_non_finite", "blas_threads"]
 
@@ -198,5 +200,6 @@ def blas_threads(n):
         return contextlib.nullcontext()
     if n < 1:
         raise ParameterError("threads", f"must be >= 1, got {n}")
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(n)
+    if over_limit(n, "threads"):
+        raise ParameterError("threads", over_limit(n, "threads"))
+    return require("threadpoolctl", "limiting BLAS threads (--threads)").threadpool_limits(n)

@@ -32,8 +32,10 @@ from ..checkpoint import save_model
 from ..config import ModelConfig
 from ..data import WindowSampler, doc_start_id, doc_starts, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
+from ..limits import expect, parse_json
 from ..nn import Transformer
 from ..optim import AdamW
+from ..optional import available, install_hint, require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizer import Tokenizer
 from ..tokenizing import tokenizer_from_json
@@ -69,6 +71,25 @@ def _stop_between_steps():
         for s, handler in old.items():
             # None: a handler installed outside Python, which cannot be put back from here; use the default
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+PROGRESS = "training's progress bar (--no-progress trains without it)"
+
+
+class _NoBar:
+    """What the loop calls on its progress bar, doing nothing: a run without one needs no tqdm."""
+
+    def write(self, *args, **kwargs):
+        pass
+
+    def set_postfix(self, *args, **kwargs):
+        pass
+
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
 
 
 class Trainer:
@@ -157,11 +178,19 @@ class Trainer:
     def resume(cls, out_dir, cache_dir=None, progress: bool = True) -> "Trainer":
         """Rebuild the run saved in ``out_dir/train_state.safetensors`` exactly as it was saved."""
         meta, tensors = read_state(out_dir)
-        config = TrainConfig.from_dict(json.loads(meta["train_config"]))
-        model_config = ModelConfig.from_json(meta["model_config"])
-        data = json.loads(meta["data"])
+        where = str(Path(out_dir) / "train_state.safetensors")
+        record = lambda key, kind: _record(meta, key, kind, where)  # noqa: E731
+        try:
+            config = TrainConfig.from_dict(record("train_config", dict))
+            model_config = ModelConfig.from_json(record("model_config", str))
+        except ValueError as e:
+            raise ValueError(e if str(e).startswith("cannot resume") else f"cannot resume: {where}: {e}") from None
+        data = record("data", dict)
         for kind in ("train", "valid"):
-            for file, digest in data[kind]:
+            pairs = expect(data.get(kind), list, f"cannot resume: {where}: record 'data'[{kind!r}]")
+            if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+                raise ValueError(f"cannot resume: {where}: record 'data'[{kind!r}] must list [file, SHA-256] pairs")
+            for file, digest in pairs:
                 if not Path(file).is_file():
                     raise ValueError(f"cannot resume: {kind} file {file!r} is gone")
         files = [Path(f) for f, _ in data["train"]], [Path(f) for f, _ in data["valid"]]
@@ -173,18 +202,24 @@ class Trainer:
                                      f"(SHA-256 {digest[:12]}..., was {then[:12]}...)")
         self = cls.__new__(cls)
         self._build(config, model_config, Path(out_dir), cache_dir, progress, files, hashes,
-                    tokenizer_from_json(meta["tokenizer"]), meta.get("command", ""), 0, np.random.default_rng(0))
+                    tokenizer_from_json(record("tokenizer", str)), meta.get("command", ""), 0,
+                    np.random.default_rng(0))
         self.init_from = meta.get("init_from", "")
-        self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
-        self.optimizer.load_state_dict({
-            "t": int(meta["optimizer_t"]),
-            "m": {k[len("adam_m/"):]: v for k, v in tensors.items() if k.startswith("adam_m/")},
-            "v": {k[len("adam_v/"):]: v for k, v in tensors.items() if k.startswith("adam_v/")},
-        })
-        self.sampler.set_state(json.loads(meta["sampler"]))
-        self.step = int(meta["step"])
-        self.elapsed = float(meta["elapsed_s"])
-        self.history = json.loads(meta["history"])
+        try:
+            self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
+            self.optimizer.load_state_dict({
+                "t": record("optimizer_t", int),
+                "m": {k[len("adam_m/"):]: v for k, v in tensors.items() if k.startswith("adam_m/")},
+                "v": {k[len("adam_v/"):]: v for k, v in tensors.items() if k.startswith("adam_v/")},
+            })
+            self.sampler.set_state(record("sampler", dict))
+        except ValueError as e:
+            raise ValueError(f"cannot resume: {where}: {e}") from None
+        self.step = record("step", int)
+        self.elapsed = float(record("elapsed_s", (int, float)))
+        self.history = record("history", list)
+        if not all(isinstance(row, dict) for row in self.history):
+            raise ValueError(f"cannot resume: {where}: record 'history' must be a list of objects")
         if config.timeline_points:
             saved = self.out / "timeline.safetensors"
             self.timeline = (load_timeline(saved) if saved.is_file() else
@@ -198,16 +233,17 @@ class Trainer:
 
     def run(self, until: int | None = None) -> None:
         """Train up to step ``until`` (default: config.steps), checkpointing as configured."""
-        from tqdm import tqdm
-
         c = self.config
         stop = c.steps if until is None else min(int(until), c.steps)
         if self.step >= stop:
             self.log(f"nothing to do: the run is at step {self.step} of {c.steps}")
             return
         tty = sys.stderr.isatty()
-        bar = tqdm(total=c.steps, initial=self.step, desc="train", unit="step", disable=not self.progress,
-                   mininterval=0.5 if tty else 60.0, dynamic_ncols=tty, ascii=not tty, file=sys.stderr)
+        bar = _NoBar()
+        if self.progress:
+            bar = require("tqdm", PROGRESS).tqdm(total=c.steps, initial=self.step, desc="train", unit="step",
+                                                 mininterval=0.5 if tty else 60.0, dynamic_ncols=tty,
+                                                 ascii=not tty, file=sys.stderr)
         started, first_step = time.perf_counter(), self.step
         threads = GradientThreads(self.model, c.workers) if c.workers > 1 else None
         scope = contextlib.ExitStack()
@@ -347,6 +383,21 @@ class Trainer:
         return meta
 
     def write_curve(self) -> None:
-        """``loss.csv`` (one row per step) and ``loss.png`` (train and held-out loss against step)."""
+        """``loss.csv`` (one row per step) and ``loss.png`` (train and held-out loss against step; drawn
+        when matplotlib is installed, which the core install lacks)."""
         write_loss_csv(self.history, self.out / "loss.csv")
-        write_loss_png(self.history, self.out / "loss.png")
+        if available("matplotlib"):
+            write_loss_png(self.history, self.out / "loss.png")
+        elif not getattr(self, "_said_no_plot", False):
+            self._said_no_plot = True
+            self.log(f"loss.png is not drawn: it needs matplotlib ({install_hint('app')}); loss.csv has the curve")
+
+
+def _record(meta: dict[str, str], key: str, kind, where: str):
+    """The training state's record ``key``: JSON (:func:`glassllm.limits.parse_json`) of type ``kind``
+    (``str``: the text itself); a missing or damaged record is one ``ValueError`` line."""
+    what = f"cannot resume: {where}: record {key!r}"
+    if key not in meta:
+        raise ValueError(f"{what} is missing; the file is damaged (start a run without --resume)")
+    value = meta[key] if kind is str else parse_json(meta[key], what)
+    return expect(value, kind, what)

@@ -31,6 +31,26 @@
   const cache = new Map();           // request key -> response (least recently used first)
   const CACHE_LIMIT = 96;
 
+  // In a notebook widget (glassllm.show(..., live=True)) the page sits in a frame and the kernel answers:
+  // each request goes to the frame's parent as a message, and its answer comes back the same way.
+  function kernelSource() {
+    let last = 0;
+    const waiting = new Map();
+    window.addEventListener("message", (ev) => {
+      const m = ev.data;
+      if (ev.source !== window.parent || !m || m.glass !== "answer" || !waiting.has(m.id)) return;
+      const {resolve, reject} = waiting.get(m.id);
+      waiting.delete(m.id);
+      if (m.error) reject(new Error(m.error)); else resolve(m.answer);
+    });
+    const call = (kind, body) => new Promise((resolve, reject) => {
+      const id = ++last;
+      waiting.set(id, {resolve, reject});
+      window.parent.postMessage({glass: "ask", id, kind, body: body || null}, "*");
+    });
+    return {mode: "server", kernel: true, info: () => call("info", null), get: call};
+  }
+
   const source = embedded ? {
     mode: "export",
     async info() { return embedded.info; },
@@ -43,12 +63,13 @@
         delete plain.intervention;
         r = embedded.responses[requestKey(kind, plain)];
       }
-      if (!r) throw new Error("not included in this offline export (under an intervention it holds the intervened " +
-        "layer's attention, and under a layer-0 head's ablation every later layer's): run `glassllm inspect` for every view");
+      if (!r) throw new Error("not included in this offline export" + (body.intervention ? " (under an intervention " +
+        "it holds the intervened layer's attention, and under a layer-0 head's ablation every later layer's)" : "") +
+        ": run `glassllm inspect` for every view");
       if (r.error) throw new Error(r.error);
       return r;
     },
-  } : {
+  } : document.getElementById("glass-kernel") ? kernelSource() : {
     mode: "server",
     async info() { return fetchJSON("GET", "api/info"); },
     async get(kind, body) { return fetchJSON("POST", "api/" + kind, body); },
@@ -155,7 +176,7 @@
   // ------------------------------------------------------------------ state
   const state = {
     mode: source.mode, prompt: "", ids: [], pieces: [], layer: 0, name: "attn.softmax", head: 0, grad: false,
-    step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null,
+    step: 0, temperature: 1, topK: null, topP: null, intervention: null, target: null, error: null, query: null,
     busy: 0, rendered: 0, tab: "heatmap",
   };
   let info = null;
@@ -189,6 +210,8 @@
     async intervene(iv) { setIntervention(iv); await onIntervention(); },
     idle() { return idlePromise(); },
     tab(name) { return showTab(name); },
+    walkTo(index) { return walkTo(index); },
+    save(kind, format) { return saveView(kind, format); },
   };
   window.glass = glass;
 
@@ -231,15 +254,17 @@
   const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
   function buildControls() {
-    const c = info.model;
-    $("model-line").textContent =
+    const c = info.model, given = info.source;   // given: attention weights passed in as arrays, no model
+    $("model-line").textContent = given ? `attention weights given as arrays: ${plural(given.layers, "layer")} · ` +
+      `${plural(given.heads, "head")} · ${plural(given.tokens, "token")}` :
       `${plural(c.n_layers, "layer")} · width C = ${c.dim} · ${plural(c.n_heads, "query head")} sharing ` +
       `${plural(c.n_kv_heads, "key/value head")} ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
       `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})` +
       (info.meta.step ? ` · trained ${nice(Number(info.meta.step))} steps` : "") +
       (info.meta.valid_loss ? `, held-out loss ${Number(info.meta.valid_loss).toFixed(3)} nats/token` : "");
-    $("mode-line").textContent = state.mode === "export" ? "offline export: one prompt, precomputed" : "live: local server";
+    $("mode-line").textContent = state.mode === "export" ? "offline export: one prompt, precomputed" :
+      source.kernel ? "live: this notebook's kernel" : "live: local server";
     document.querySelectorAll(".vocab-n").forEach((e) => (e.textContent = nice(c.vocab_size)));
 
     const layers = $("layers");
@@ -252,8 +277,12 @@
     const select = $("snapshot");
     select.replaceChildren();
     const groups = new Map();
+    // A notebook view holds only some snapshots (info.offline): it lists those and says how to include more.
+    const held = info.offline ? new Set(info.offline.held) : null;
     for (const n of info.names) {
       names[n.name] = n;
+      n.held = !held || held.has(n.name);
+      if (!n.held) continue;
       if (!groups.has(n.group)) groups.set(n.group, el("optgroup", {label: n.group}));
       const shape = n.axes.join(", ");
       groups.get(n.group).append(el("option", {value: n.name}, `${n.name}  (${shape})`));
@@ -289,10 +318,23 @@
       $("edit-cell").title = "setting a number needs a new forward pass: run glassllm inspect";
       document.querySelector("input[name=iv][value=edit]").disabled = true;
     }
+    const off = info.offline;
+    if (off) {
+      const missing = info.names.length - off.held.length;
+      $("offline-note").hidden = !missing;
+      $("offline-note").textContent = missing
+        ? `This notebook view holds ${off.held.length} of the ${info.names.length} snapshots; ${off.more_names}.` : "";
+      if (!off.interventions) {
+        document.querySelectorAll("input[name=iv]").forEach((r) => { if (r.value !== "none") r.disabled = true; });
+        $("iv-note").textContent = `This notebook view holds no interventions: ${off.more_interventions}.`;
+        $("iv-note").dataset.fixed = "1";
+      }
+    }
 
     $("topk").max = String(Math.min(100, c.vocab_size));
     for (const id of ["temperature", "topk", "topp"]) $(id).addEventListener("input", onSampling);
     $("show-all").addEventListener("click", toggleAll);
+    $("explain-map").addEventListener("click", () => showTab("map"));
     $("step").addEventListener("click", () => doStep());
     $("reset").addEventListener("click", () => resetSteps());
     $("prompt-form").addEventListener("submit", (e) => { e.preventDefault(); runPrompt(); });
@@ -305,11 +347,12 @@
     canvas.addEventListener("mouseleave", hideCell);
     canvas.addEventListener("keydown", onCellKey);   // the canvas takes the focus (tabindex 0): arrows walk its cells
     canvas.addEventListener("blur", hideCell);
-    // Redraw when the width changes (the layout depends on it), not on every height change.
-    let width = window.innerWidth;
-    window.addEventListener("resize", () => {
-      if (current && window.innerWidth !== width) { width = window.innerWidth; draw(); }
-    });
+    // Redraw when the heatmap's frame changes width (the layout depends on it), not on every height change:
+    // the window's width, or a notebook's output frame that gets its width only after the first draw.
+    new ResizeObserver(() => {
+      const w = $("heatmap-wrap").clientWidth;
+      if (current && w > 0 && state.tab === "heatmap" && (!glass.heatmap || w !== glass.heatmap.wrapWidth)) draw();
+    }).observe($("heatmap-wrap"));
   }
 
   function syncControls() {
@@ -478,9 +521,33 @@
     pieces.forEach((p, i) => {
       const chip = el("span", {class: "tok" + (i >= generatedFrom ? " gen" : ""), "data-pos": String(i)});
       chip.append(el("b", {}, show(p)), el("small", {}, String(i)));
-      chip.title = `position ${i}${i >= generatedFrom ? " (generated)" : ""}`;
+      chip.title = `position ${i}${i >= generatedFrom ? " (generated)" : ""}: click to pick its query row and key column`;
+      chip.classList.toggle("on", i === state.query);
+      chip.tabIndex = 0;
+      chip.setAttribute("role", "button");
+      chip.setAttribute("aria-pressed", String(i === state.query));
+      chip.addEventListener("click", () => selectPosition(i));
+      chip.addEventListener("keydown", (e) => {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); selectPosition(i); }
+      });
       box.append(chip);
     });
+  }
+
+  // A token chip picks a position: its query row and its key column are outlined in the heatmap, and the
+  // cell where they cross is read out (glass.heatmap.queryRow / queryCol).
+  function selectPosition(pos) {
+    state.query = state.query === pos ? null : pos;
+    $("tokens").querySelectorAll(".tok").forEach((c) => {
+      const on = Number(c.dataset.pos) === state.query;
+      c.classList.toggle("on", on);
+      c.setAttribute("aria-pressed", String(on));
+    });
+    if (state.tab === "walk" && state.query !== null) { $("walk-pos").value = String(state.query); walkTo(walk.index); }
+    if (!current) return;
+    draw();
+    const {queryRow: i, queryCol: j} = glass.heatmap;
+    if (i >= 0) { cursor = {i, j: Math.max(j, 0)}; showReadout(cursor.i, cursor.j); updateEditButton(); }
   }
 
   // ------------------------------------------------------------------ the heatmap
@@ -641,7 +708,8 @@
     const rowLabelW = 112, rightW = isSoftmax ? 78 : 12;
     const topH = tokenCols ? 74 : 34, bottomH = 24;
     const availW = W - rowLabelW - rightW;
-    const maxH = Math.max(260, Math.min(640, window.innerHeight - 260));
+    const top = canvas.getBoundingClientRect().top + window.scrollY;     // from the page's top
+    const maxH = Math.max(200, Math.min(640, window.innerHeight - Math.min(top, 420) - 190));
     let cw, ch;
     if (tokenCols) {
       cw = Math.max(1, Math.min(40, Math.floor(availW / cols)));
@@ -679,6 +747,13 @@
       g.stroke();
     }
     g.strokeStyle = "#9a9485"; g.lineWidth = 1; g.strokeRect(x0 - 0.5, y0 - 0.5, gridW + 1, gridH + 1);
+    // The position picked with a token chip: its query row and, where columns are positions, its key column.
+    const queryRow = state.query === null || !r.row_pos ? -1 : r.row_pos.indexOf(state.query);
+    const queryCol = state.query !== null && tokenCols && state.query < cols ? state.query : -1;
+    g.strokeStyle = "#e8871e"; g.lineWidth = 2;
+    if (queryRow >= 0) g.strokeRect(x0 - 1, y0 + queryRow * ch - 1, gridW + 2, ch + 2);
+    if (queryCol >= 0) g.strokeRect(x0 + queryCol * cw - 1, y0 - 1, cw + 2, gridH + 2);
+    g.lineWidth = 1;
 
     // 3. KV cache: which keys were cached and which are new (decoding steps).
     const stepMode = r.step > 0 && (r.axes[0] === "m" || r.axes[1] === "m");
@@ -773,7 +848,8 @@
     glass.heatmap = {
       name: r.name, local: r.local, layer: r.layer, head: r.head, grad: r.grad, step: r.step,
       rows, cols, n: r.n, m: r.m, start: r.start, axes: r.axes, values: data, masked: mask,
-      rowLabels: r.rows, colLabels: r.cols, rowSums: sums, scale: sc,
+      rowLabels: r.rows, colLabels: r.cols, rowSums: sums, scale: sc, queryRow, queryCol, cssWidth: cssW,
+      cellWidth: cw, cellHeight: ch, wrapWidth: wrapW,
       value: (i, j) => data[i * cols + j],
       // The centre of cell (i, j) in CSS pixels from the canvas's top-left corner, for hovering.
       cellCenter: (i, j) => ({x: x0 + (j + 0.5) * cw, y: y0 + (i + 0.5) * ch}),
@@ -816,6 +892,309 @@
     const scale = el("p", {id: "howto-scale"}, "Colour: ");
     scale.append(el("b", {}, sc.note), ".");
     $("howto-text").replaceChildren(...howTo(r, c, sc).map((t) => el("p", {}, t)), scale);
+    drawExplain(r);
+  }
+
+  // ------------------------------------------------------------------ the equation and the code line
+  // From info.names[i].explain (glassllm.trace.explain): the equation in the lessons' notation, and the
+  // statement of nn.py whose self.snap(...) call recorded the snapshot, with its neighbours. The plain-text
+  // equation is typeset here: one-letter symbols in italics, X_sub as a subscript, function names upright.
+  function mathNodes(text) {
+    const box = el("span", {class: "math"});
+    const re = /([A-Za-z]+)(?:_([A-Za-z0-9]+))?/g;
+    let at = 0, m;
+    while ((m = re.exec(text))) {
+      if (m.index > at) box.append(document.createTextNode(text.slice(at, m.index)));
+      const word = m[1].length === 1 || m[2] ? el("var", {}, m[1]) : el("span", {class: "fn"}, m[1]);
+      box.append(word);
+      if (m[2]) box.append(el("sub", {}, m[2]));
+      at = re.lastIndex;
+    }
+    if (at < text.length) box.append(document.createTextNode(text.slice(at)));
+    return box;
+  }
+
+  function drawExplain(r) {
+    const meta = names[r.local], x = meta && meta.explain;
+    $("explain").hidden = !x;
+    if (!x) { glass.explain = null; return; }
+    explainInto("explain", meta);
+    glass.explain = {name: r.name, local: r.local, equation: x.equation.text, latex: x.equation.latex,
+                     path: x.path, line: x.line, code: x.code, function: x.function};
+  }
+
+  // The equation, the site and the code with its neighbours of snapshot ``meta`` into #{prefix}-eq, -shape, ...
+  function explainInto(prefix, meta) {
+    const x = meta.explain;
+    const eq = $(prefix + "-eq");
+    eq.replaceChildren(...mathNodes(x.equation.text).childNodes);
+    eq.title = "LaTeX: " + x.equation.latex;
+    eq.dataset.latex = x.equation.latex;
+    eq.dataset.text = x.equation.text;
+    $(prefix + "-shape").textContent = `(${meta.axes.join(", ")})`;
+    $(prefix + "-where").textContent = `${x.path}:${x.line}`;
+    $(prefix + "-fn").textContent = x.function;
+    // Plain text, the recording statement marked: numbered lines, as an editor shows them.
+    const width = String(x.context[x.context.length - 1][0]).length;
+    const text = (rows) => rows.map(([n, line]) => String(n).padStart(width) + "  " + line + "\n").join("");
+    const code = $(prefix + "-code");
+    code.replaceChildren(document.createTextNode(text(x.context.filter(([n]) => n < x.first))),
+      el("mark", {class: "site"}, text(x.context.filter(([n]) => n >= x.first && n <= x.last))),
+      document.createTextNode(text(x.context.filter(([n]) => n > x.last))));
+  }
+
+  // ------------------------------------------------------------------ save what you see
+  // Each view's "save" buttons: PNG of what is drawn (the canvas; lists and tables drawn as a table), CSV and
+  // JSON of its numbers. Every file names the prompt, the model and the view (snapshot, layer, head).
+  function modelText() { return $("model-line").textContent; }
+
+  // The numbers of a view as {title, fields (for the JSON), columns, rows: [[label, ...values]]}, or null.
+  function viewTable(kind) {
+    if (kind === "heatmap") {
+      const h = glass.heatmap;
+      if (!h) return null;
+      const colLabel = (j) => h.colLabels ? `${j} ${h.colLabels[j]}` : String(j);
+      const rowLabel = (i) => h.rowLabels && h.rowLabels.length ? `${current.row_pos[i]} ${h.rowLabels[i]}` : String(i);
+      const rows = [];
+      for (let i = 0; i < h.rows; i++) {
+        const row = [rowLabel(i)];
+        for (let j = 0; j < h.cols; j++) row.push(h.masked && h.masked[i * h.cols + j] ? "" : h.values[i * h.cols + j]);
+        rows.push(row);
+      }
+      return {title: (h.grad ? "grad-" : "") + h.name + (h.head === null || h.head === undefined ? "" : `-head${h.head}`),
+              fields: {snapshot: h.name, layer: h.layer, head: h.head, gradient: !!h.grad, step: h.step, axes: h.axes,
+                       shape: [h.rows, h.cols], masked: h.masked ? Array.from(h.masked, Boolean) : null},
+              columns: [`${h.axes[0]} \\ ${h.axes[1]}`, ...Array.from({length: h.cols}, (_, j) => colLabel(j))], rows};
+    }
+    if (kind === "next") {
+      const x = glass.next;
+      if (!x) return null;
+      const top = ranked(x.probs, 12, x.logits);
+      return {title: "next-token", fields: {snapshot: "probs", temperature: x.temperature, top_k: x.topK, top_p: x.topP,
+                                            step: x.step},
+              columns: ["id", "piece", "logit", "p", "sampled"],
+              rows: top.map((id) => [id, info.vocab[id], x.logits[id], x.probs[id], x.sampled[id]])};
+    }
+    if (kind === "lens") {
+      const r = glass.lens;
+      if (!r) return null;
+      return {title: "logit-lens", fields: {snapshot: "logit lens (resid streams through the final norm and output)"},
+              columns: ["stream", ...r.pieces.map((p, i) => `${i} ${p}`)],
+              rows: r.streams.map((name, s) => [name, ...r.top_pieces[s].map((p, i) => `${p} (${r.prob[s][i]})`)])};
+    }
+    if (kind === "attribution") {
+      const r = glass.attribution;
+      if (!r) return null;
+      return {title: "attribution", fields: {snapshot: "direct logit attribution", token: r.token, piece: r.piece,
+                                             position: r.position, total: r.total},
+              columns: ["part", "logit"], rows: r.labels.map((label, i) => [label, r.values[i]])};
+    }
+    if (kind === "grid") {
+      const g = glass.grid;
+      if (!g) return null;
+      const rows = [], k = g.size;
+      for (let l = 0; l < g.layers; l++) for (let h = 0; h < g.heads; h++) for (let i = 0; i < k; i++) {
+        const row = [`layer ${l} head ${h} query ${i}`];
+        for (let j = 0; j < k; j++) row.push(g.values[((l * g.heads + h) * k + i) * k + j]);
+        rows.push(row);
+      }
+      return {title: "all-heads" + (g.grad ? "-grad" : ""), fields: {snapshot: "attn.softmax", gradient: !!g.grad,
+                                                                      shape: [g.layers, g.heads, k, k]},
+              columns: ["layer, head, query \\ key", ...Array.from({length: k}, (_, j) => String(j))], rows};
+    }
+    return null;
+  }
+
+  function csvCell(v) {
+    const s = typeof v === "number" ? String(v) : String(v ?? "");
+    return /[",\n\r#]/.test(s) || /^\s|\s$/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+  }
+
+  function saveFile(name, blob) {
+    const a = el("a", {href: URL.createObjectURL(blob), download: name});
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  }
+
+  // A list or table view drawn as a table on a canvas, for its PNG.
+  function tableCanvas(t) {
+    const shown = t.rows.slice(0, 80);
+    const widths = t.columns.map((c, j) => Math.min(160, Math.max(String(c).length, ...shown.map((r) =>
+      String(typeof r[j] === "number" ? fmt(r[j]) : r[j]).length)) * 7 + 12));
+    const W = widths.reduce((a, b) => a + b, 0), H = 22 * (shown.length + 2) + 8;
+    const cv = el("canvas");
+    cv.width = W; cv.height = H;
+    const g = cv.getContext("2d");
+    g.fillStyle = "#fffdf8"; g.fillRect(0, 0, W, H);
+    g.font = "12px ui-monospace, monospace"; g.fillStyle = "#2b2a27"; g.textBaseline = "middle";
+    g.fillText(`${t.title} · ${state.prompt.slice(0, 80)}`, 6, 12);
+    [t.columns, ...shown].forEach((row, i) => {
+      let x = 6;
+      row.forEach((v, j) => {
+        g.fillText(clip(String(typeof v === "number" ? fmt(v) : v), Math.floor(widths[j] / 7) - 1), x, 34 + 22 * i);
+        x += widths[j];
+      });
+    });
+    return cv;
+  }
+
+  function saveView(kind, format) {
+    const t = viewTable(kind);
+    if (!t) return null;
+    const base = `glassllm-${t.title}`.replace(/[^\w.+-]+/g, "_");
+    const about = {prompt: state.prompt, model: modelText(), view: kind, ...t.fields};
+    let text = null;
+    if (format === "csv") {
+      text = Object.entries(about).filter(([k]) => k !== "masked")
+        .map(([k, v]) => `# ${k}: ${typeof v === "string" ? v.replace(/[\r\n]+/g, " ") : JSON.stringify(v)}`).join("\n") + "\n" +
+        [t.columns, ...t.rows].map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
+      saveFile(base + ".csv", new Blob([text], {type: "text/csv"}));
+    } else if (format === "json") {
+      text = JSON.stringify({...about, columns: t.columns, rows: t.rows});
+      saveFile(base + ".json", new Blob([text], {type: "application/json"}));
+    } else {
+      const canvas = kind === "heatmap" ? $("heatmap") : kind === "grid" ? gridCanvas() : tableCanvas(t);
+      canvas.toBlob((b) => saveFile(base + ".png", b), "image/png");
+    }
+    glass.saved = {kind, format, name: base + "." + format, text};
+    return glass.saved;
+  }
+
+  // The head grid's thumbnails side by side on one canvas, as the grid shows them.
+  function gridCanvas() {
+    const thumbs = [...$("head-grid").querySelectorAll("canvas")];
+    const H = glass.grid.heads, size = thumbs.length ? thumbs[0].width : 1;
+    const cv = el("canvas");
+    cv.width = H * (size + 4); cv.height = Math.ceil(thumbs.length / H) * (size + 4);
+    const g = cv.getContext("2d");
+    g.fillStyle = "#fffdf8"; g.fillRect(0, 0, cv.width, cv.height);
+    thumbs.forEach((t, i) => g.drawImage(t, (i % H) * (size + 4), Math.floor(i / H) * (size + 4)));
+    return cv;
+  }
+
+  function buildSave() {
+    document.querySelectorAll(".save").forEach((box) => box.querySelectorAll("button").forEach((b) => {
+      b.title = `save this view as ${b.dataset.format.toUpperCase()} (with the prompt, the model and the view's name)`;
+      b.addEventListener("click", () => saveView(box.dataset.view, b.dataset.format));
+    }));
+  }
+
+  // ------------------------------------------------------------------ step through one forward pass
+  // The snapshots in forward order (info.names: embed, each layer's names, the final norm, logits, probs),
+  // each shown for one position: its row (a query's scores or weights over the keys, a vector's features).
+  const walk = {index: 0, timer: null, seq: 0};
+  const PLAY_MS = 1600;                                   // a readable pace
+  function walkSteps() {
+    const out = [], L = info.model.n_layers;
+    const held = info.names.filter((n) => n.held !== false);
+    for (const n of held) if (!n.in_layer && n.name === "embed") out.push({local: n.name, layer: null});
+    for (let l = 0; l < L; l++) for (const n of held) if (n.in_layer) out.push({local: n.name, layer: l});
+    for (const n of held) if (!n.in_layer && n.name !== "embed") out.push({local: n.name, layer: null});
+    return out;
+  }
+
+  function buildWalk() {
+    $("walk-prev").addEventListener("click", () => walkTo(walk.index - 1));
+    $("walk-next").addEventListener("click", () => walkTo(walk.index + 1));
+    $("walk-play").addEventListener("click", () => (walk.timer ? stopPlay() : startPlay()));
+    $("walk-pos").addEventListener("change", () => { state.query = Number($("walk-pos").value); walkTo(walk.index); });
+    // ← and → step when the focus is not in a form control (which has its own use for them).
+    document.addEventListener("keydown", (e) => {
+      if (state.tab !== "walk" || e.altKey || e.ctrlKey || e.metaKey) return;
+      if (e.target.closest && e.target.closest("input, select, textarea, [role=radiogroup], [role=tablist]")) return;
+      const step = {ArrowRight: 1, ArrowLeft: -1}[e.key];
+      if (!step) return;
+      e.preventDefault();
+      walkTo(walk.index + step);
+    });
+  }
+
+  function startPlay() {
+    if (walk.index >= walkSteps().length - 1) walkTo(0);
+    $("walk-play").textContent = "❚❚ Pause"; $("walk-play").setAttribute("aria-pressed", "true");
+    walk.timer = setInterval(() => {
+      if (walk.index >= walkSteps().length - 1) stopPlay(); else walkTo(walk.index + 1);
+    }, PLAY_MS);
+  }
+  function stopPlay() {
+    if (walk.timer) clearInterval(walk.timer);
+    walk.timer = null;
+    $("walk-play").textContent = "▶ Play"; $("walk-play").setAttribute("aria-pressed", "false");
+  }
+
+  function showWalk() {
+    const pos = $("walk-pos");
+    pos.replaceChildren(...state.pieces.map((p, i) => el("option", {value: String(i)}, `${i}  ${show(p)}`)));
+    if (state.query === null || state.query >= state.pieces.length) state.query = state.pieces.length - 1;
+    pos.value = String(state.query);
+    return walkTo(walk.index);
+  }
+
+  async function walkTo(index) {
+    const steps = walkSteps();
+    walk.index = Math.max(0, Math.min(steps.length - 1, index));
+    const s = steps[walk.index], meta = names[s.local], seq = ++walk.seq;
+    const full = (s.layer === null ? "" : `layers.${s.layer}.`) + s.local;
+    const head = meta.heads ? Math.min(meta.head_axis === "H" ? heads.H : heads.G, meta.heads - 1) : undefined;
+    $("walk-count").textContent = `${walk.index + 1} / ${steps.length}`;
+    $("walk-prev").disabled = walk.index === 0;
+    $("walk-next").disabled = walk.index === steps.length - 1;
+    $("walk-name").textContent = full + (head === undefined ? "" : ` · ${meta.head_axis === "H" ? "query" : "key/value"} head ${head}`);
+    if (meta.explain) explainInto("walk", meta);
+    for (const [name, b] of mapNodes) {
+      b.classList.toggle("walk-on", name === s.local);
+      if (name === s.local) b.setAttribute("aria-current", "step"); else if (b.getAttribute("aria-current") === "step") b.removeAttribute("aria-current");
+    }
+    if ($("map-block-title") && s.layer !== null) $("map-block-title").textContent = `block ${s.layer} of ${info.model.n_layers}`;
+    const body = {prompt: state.prompt, name: s.local};
+    if (s.layer !== null) body.layer = s.layer;
+    if (head !== undefined) body.head = head;
+    let r;
+    try {
+      r = await ask("snapshot", body);
+    } catch (e) {
+      if (seq !== walk.seq) return;
+      $("walk-error").textContent = e.message; $("walk-error").hidden = false;
+      glass.walk = {index: walk.index, total: steps.length, name: full, local: s.local, layer: s.layer, head,
+                    position: state.query, row: null, error: e.message};
+      return;
+    }
+    if (seq !== walk.seq) return;                              // a later step was asked for meanwhile
+    $("walk-error").hidden = true;
+    const data = r.data || decode(r.values), mask = r.masked ? decode(r.masked) : null;
+    const [rows, cols] = r.shape;
+    const at = r.row_pos && r.row_pos.length ? r.row_pos.indexOf(state.query) : -1;
+    const i = at >= 0 ? at : Math.min(state.query, rows - 1);
+    const row = Array.from(data.slice(i * cols, (i + 1) * cols));
+    const rowMask = mask ? Array.from(mask.slice(i * cols, (i + 1) * cols)) : null;
+    const c = info.model;
+    const sizes = {n: state.ids.length, m: state.ids.length, H: c.n_heads, G: c.n_kv_heads, D: c.head_dim, C: c.dim,
+                   F: c.ffn_dim, V: c.vocab_size};
+    $("walk-shape").textContent = `(${meta.axes.map((a) => `${a} = ${sizes[a]}`).join(", ")})`;
+    const rowName = r.axes[0] === "m" ? "key" : "query";
+    $("walk-what").textContent = cols === 1
+      ? `Position ${state.query} (${show(state.pieces[state.query])}): one number, ${fmt(row[0])}.`
+      : `Row ${i} of ${rows}: the ${rowName} at position ${r.row_pos ? r.row_pos[i] : i} ` +
+        `(${show(state.pieces[r.row_pos ? r.row_pos[i] : i])}), ${cols} values` +
+        (r.col_kind === "token" ? ", one per key" : r.col_kind === "vocab" ? ", one per vocabulary id" : "") +
+        (rowMask && rowMask.some(Boolean) ? `; ${rowMask.filter(Boolean).length} future keys masked (·)` : "") + ".";
+    const sc = scaleFor(r, data, mask);
+    const strip = $("walk-strip"), W = Math.max(200, strip.clientWidth || 600);
+    strip.width = W; strip.height = 28;
+    const g = strip.getContext("2d");
+    g.imageSmoothingEnabled = false;
+    g.clearRect(0, 0, W, 28);
+    g.drawImage(cellsImage(row, rowMask, 1, cols, sc), 0, 0, W, 28);
+    const label = (j) => r.col_kind === "token" ? `${show(r.cols[j])} ` : r.col_kind === "vocab" ? `${show(info.vocab[j])} ` : "";
+    const shown = Math.min(cols, 48);
+    $("walk-values").textContent = row.slice(0, shown).map((v, j) => `${label(j)}${rowMask && rowMask[j] ? "·" : fmt(v, 3)}`)
+      .join("  ") + (cols > shown ? `  … (${cols - shown} more)` : "");
+    glass.walk = {index: walk.index, total: steps.length, name: full, local: s.local, layer: s.layer, head,
+                  position: state.query, row, rowIndex: i, masked: rowMask, shape: r.shape, axes: r.axes,
+                  equation: meta.explain ? meta.explain.equation.text : null,
+                  line: meta.explain ? meta.explain.line : null, playing: !!walk.timer};
   }
 
   function howTo(r, c, sc) {
@@ -825,7 +1204,17 @@
         "per unit change of that number, holding everything else fixed. Red raises the loss, blue lowers it. " +
         "A large gradient marks sensitivity, not importance: a number can be sensitive and still never change.");
     }
-    if (r.axes[1] === "m") {
+    const oneStep = r.step > 0 && r.shape[0] === 1;
+    if (r.axes[1] === "m" && oneStep) {
+      out.push(`Axes first: this decoding step has one row, the new query (position ${r.start}, the token just fed ` +
+        `back), and one column per key: the ${r.start} cached positions (grey marks above) and its own (orange).`);
+      out.push("Masks next: nothing is masked. The new query is the latest position, so every key is in its past " +
+        "or is itself; the hatched future keys of the prompt's pass do not exist in this row.");
+      if (r.local === "attn.softmax" && !r.grad) out.push("Then the row sum: its weights are a distribution over " +
+        "the keys and sum to 1 (the Σ row column).");
+      out.push("A bright cell says where this head reads for the next token, not what it retrieves nor whether " +
+        "it matters.");
+    } else if (r.axes[1] === "m") {
       out.push("Axes first: each row is a query (the position that reads), each column a key (a position it may read). " +
         "Rows go down, keys go right; position numbers follow each token.");
       const off = state.intervention && state.intervention.kind === "mask_off" && !r.step &&
@@ -1155,11 +1544,13 @@
                 el("span", {class: "p mono"}, fmt(probs[id])),
                 el("span", {class: "q mono muted"}, keep.has(id) ? fmt(sampled[id]) : "—"));
       li.querySelector(".track").append(fill);
+      if (state.target === id && !state.step) { li.classList.add("picked"); li.setAttribute("aria-pressed", "true"); }
       if (state.mode === "server" && !state.step) {
         li.classList.add("clickable");
         // The gradient of a candidate's loss; from a view that has none (probs, the mask), the nearest that does.
         const pick = () => {
           state.target = id;
+          drawNext();                                        // the picked candidate is marked at once
           userSelect(state.name === "probs" ? {name: "logits", grad: true}
             : state.name.endsWith("attn.mask") ? {name: "attn.softmax", grad: true} : {grad: true});
         };
@@ -1418,7 +1809,7 @@
   }
 
   // ------------------------------------------------------------------ tabs: heatmap, model map, all heads, training
-  const TABS = ["heatmap", "map", "heads", "training"];
+  const TABS = ["heatmap", "map", "heads", "training", "walk"];
   function showTab(name) {
     state.tab = name;
     $("tabs").querySelectorAll("button").forEach((b) => {
@@ -1430,7 +1821,12 @@
     for (const t of TABS) $("panel-" + t).hidden = t !== name;
     hideCell();
     if (name === "heatmap" && current) draw();                 // its frame may have changed size while hidden
+    // One model map: it sits in the Model map tab, or under the step-through while walking.
+    const map = $("model-map");
+    if (name === "walk") $("walk-map").append(map); else $("panel-map").append(map);
     if (name === "map") updateMap();
+    if (name !== "walk") stopPlay();
+    if (name === "walk") return showWalk();
     if (name === "heads") return loadGrid();
     if (name === "training") return showTraining();
     return Promise.resolve();
@@ -1438,7 +1834,13 @@
 
   function buildTabs() {
     const tabs = $("tabs");
-    tabs.querySelectorAll("button").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
+    tabs.querySelectorAll("button").forEach((b) => b.addEventListener("click", () => {
+      const shown = showTab(b.dataset.tab);
+      // Clicked open, the walk takes the focus, so that ← → step through it at once (in the tab list they
+      // move between tabs).
+      if (b.dataset.tab === "walk") $("walk-next").focus();
+      return shown;
+    }));
     tabs.addEventListener("keydown", (e) => {
       const step = {ArrowRight: 1, ArrowLeft: -1}[e.key];
       if (!step) return;
@@ -1482,6 +1884,7 @@
       b.append(el("b", {}, n.name.startsWith(mod + ".") ? n.name.slice(mod.length + 1) : n.name),
                el("small", {class: "mono"}, n.axes.join(", ")));
       b.title = n.name;
+      if (!n.held) { b.disabled = true; b.dataset.absent = "1"; }
       b.addEventListener("click", () => openView({name: n.name}));
       row.append(b);
       mapNodes.set(n.name, b);
@@ -1507,7 +1910,8 @@
       const meta = names[name];
       const shape = meta.axes.map((a) => sizes[a]);
       b.querySelector("small").textContent = `(${shape.join(", ")}${shape.length === 1 ? "," : ""})`;
-      b.title = `${meta.in_layer ? `layers.${state.layer}.` : ""}${name}: axes (${meta.axes.join(", ")})`;
+      b.title = `${meta.in_layer ? `layers.${state.layer}.` : ""}${name}: axes (${meta.axes.join(", ")})` +
+        (meta.explain ? ` · ${meta.explain.equation.text} · ${meta.explain.path}:${meta.explain.line}` : "");
       b.dataset.full = meta.in_layer ? `layers.${state.layer}.${name}` : name;
       b.dataset.shape = shape.join(",");
       const on = name === state.name;
@@ -1928,6 +2332,8 @@
     buildControls();
     buildTabs();
     buildMap();
+    buildWalk();
+    buildSave();
     readIntervention();
     const boot = embedded ? embedded.prompt : (info.prompt || "Once upon a time there was a little dog");
     $("prompt").value = boot;
@@ -1935,7 +2341,9 @@
       $("prompt").readOnly = true;
       $("run").disabled = true;
     }
-    state.layer = 0; state.name = "attn.softmax"; state.head = 0;
+    state.layer = 0; state.head = 0;
+    state.name = names["attn.softmax"] && names["attn.softmax"].held ? "attn.softmax"
+      : info.names.find((n) => n.held).name;
     syncControls();
     if (info.timeline) $("tabs").querySelector("[data-tab=training]").hidden = false;
     await runPrompt();
