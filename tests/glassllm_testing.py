@@ -134,6 +134,19 @@ def strict_report(report):
     return report
 
 
+def story_text(stories) -> str:
+    """Stories in the shared story files' layout: each followed by a line ``<|endoftext|>``."""
+    return "".join(s + "\n<|endoftext|>\n" for s in stories)
+
+
+def story_files(folder, train: str, valid: str, names=("train.txt", "valid.txt")) -> tuple[Path, Path]:
+    """A training and a held-out story file written in ``folder``: their paths."""
+    paths = Path(folder) / names[0], Path(folder) / names[1]
+    for path, text in zip(paths, (train, valid)):
+        path.write_text(text, encoding="utf-8")
+    return paths
+
+
 def randomize(model, rng: np.random.Generator):
     """Give ``model`` weights of a trained-like scale, drawn from ``rng``; returns the model.
 
