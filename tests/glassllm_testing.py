@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 from glassllm.config import ModelConfig
 from glassllm.optional import EXTRAS
 
@@ -110,6 +109,8 @@ def need(module: str):
     The project's ``pytest.importorskip``: call it inside the test (or a fixture), never at module level,
     so that a test skips only for what it needs itself.
     """
+    import pytest                                      # (the benchmarks import this module without pytest)
+
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
@@ -131,6 +132,19 @@ def strict_report(report):
         report.outcome = "failed"
         report.longrepr = missing_message(found.group("missing") or found.group("module"))
     return report
+
+
+def story_text(stories) -> str:
+    """Stories in the shared story files' layout: each followed by a line ``<|endoftext|>``."""
+    return "".join(s + "\n<|endoftext|>\n" for s in stories)
+
+
+def story_files(folder, train: str, valid: str, names=("train.txt", "valid.txt")) -> tuple[Path, Path]:
+    """A training and a held-out story file written in ``folder``: their paths."""
+    paths = Path(folder) / names[0], Path(folder) / names[1]
+    for path, text in zip(paths, (train, valid)):
+        path.write_text(text, encoding="utf-8")
+    return paths
 
 
 def randomize(model, rng: np.random.Generator):

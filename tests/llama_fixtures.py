@@ -230,3 +230,34 @@ def write_llama2c(folder: Path, sp_model: Path, out: Path, version: int = 0) -> 
         for b, s in zip(tokens, scores):
             f.write(struct.pack("fI", s, len(b)) + b)
     return Path(out), tok_path
+
+
+def numpy_llama(folder: Path, sp_model: Path, L=5, C=64, H=8, G=4, F=172, ctx=512, seed=0) -> Path:
+    """A random Llama as a Hugging Face folder (``config.json`` + ``model.safetensors``), made with NumPy
+    alone (no torch): the defaults are the shape of llama2.c's stories260K (vocabulary from ``sp_model``).
+    :func:`write_gguf` turns it into a GGUF file."""
+    import sentencepiece as spm
+    from safetensors.numpy import save_file
+
+    V = spm.SentencePieceProcessor(model_file=str(sp_model)).vocab_size()
+    rng = np.random.default_rng(seed)
+    D = C // H
+    shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
+                       p + "self_attn.q_proj.weight": (C, C), p + "self_attn.k_proj.weight": (G * D, C),
+                       p + "self_attn.v_proj.weight": (G * D, C), p + "self_attn.o_proj.weight": (C, C),
+                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                       p + "mlp.down_proj.weight": (C, F)})
+    tensors = {k: (1 + 0.1 * rng.standard_normal(s) if len(s) == 1 else 0.1 * rng.standard_normal(s)).astype(np.float32)
+               for k, s in shapes.items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
+        "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": G,
+        "max_position_embeddings": ctx, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "bos_token_id": 1, "eos_token_id": 2}))
+    return folder

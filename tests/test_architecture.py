@@ -10,6 +10,9 @@ the one place the layers are written down. A small AST walk over every module
 - no module imports another module's underscore names, nor reads them off an
   imported module (``from .registry import _index``, ``checkpoint._why``):
   what modules share is public and documented;
+- no module reads or writes an underscore *attribute* that another module's
+  objects define (``model._tracer`` outside ``nn``): a module touches only its
+  own objects' private state (``self._x``, and ``obj._x`` where it defines ``_x``);
 - option parsing and ``sys.argv`` live only in the top layer (the commands).
 """
 
@@ -33,9 +36,9 @@ TABLE_END = "<!-- END LAYERS -->"
 KNOWN_PRIVATE: set[tuple[str, str]] = set()
 KNOWN_COMMAND_LINE: set[str] = set()
 KNOWN_UP: set[tuple[str, str]] = set()
-# Calls that open the application from below, looked up when called (importlib) so that importing the lower
-# module imports nothing above it: glassllm.show(prompt) and Trace.show() put the inspector in a notebook.
-CONVENIENCE_UP = {("glassllm", "glassllm.inspector.notebook"), ("glassllm.trace.record", "glassllm.inspector.notebook")}
+# Calls up into the application looked up when called (importlib): none (Trace.show reaches the inspector
+# through glassllm.viewers, where the top-level facade registers it).
+CONVENIENCE_UP: set[tuple[str, str]] = set()
 
 
 def layer_table() -> dict[str, int]:
@@ -130,6 +133,48 @@ def private_uses(module: str) -> list[tuple[str, int]]:
     return uses
 
 
+def private_attributes(module: str) -> list[tuple[str, int]]:
+    """``obj._x`` (and ``getattr(obj, "_x")``) in ``module`` where ``_x`` is an underscore attribute another
+    glassllm module defines and ``module`` does not; ``self``, ``cls`` and ``super()`` are the module's own."""
+    defined = {m: _defined_private(m) for m in MODULES}
+    own = defined[module]
+    others = set().union(*(names for m, names in defined.items() if m != module))
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        name = None
+        if isinstance(node, ast.Attribute) and _private(node.attr) and not _own_object(node.value):
+            name = node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _private(node.args[1].value) and not _own_object(node.args[0])):
+            name = node.args[1].value
+        if name is not None and name in others and name not in own:
+            found.append((name, node.lineno))
+    return found
+
+
+def _defined_private(module: str) -> set[str]:
+    """The underscore attributes ``module`` defines: ``self._x = ...``, class-body names, methods."""
+    names = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _own_object(node.value):
+            names.add(node.attr)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else (
+                    [item.target] if isinstance(item, ast.AnnAssign) else [])
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return {n for n in names if _private(n)}
+
+
+def _own_object(node) -> bool:
+    return (isinstance(node, ast.Name) and node.id in ("self", "cls")) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super")
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -214,6 +259,12 @@ def test_no_module_takes_another_modules_underscore_names():
     assert not gone, f"{gone} no longer occur: remove them from KNOWN_PRIVATE"
 
 
+def test_no_module_touches_another_modules_private_attributes():
+    found = [f"{m}:{line} uses {name}, which another module's objects define (make it public)"
+             for m in MODULES for name, line in private_attributes(m)]
+    assert not found, "private attributes used across modules:\n" + "\n".join(found)
+
+
 def test_the_command_line_lives_in_the_top_layer():
     table = layer_table()
     top = max(table.values())
@@ -253,6 +304,16 @@ def test_the_layer_of_a_submodule_is_its_packages_unless_listed():
     assert layer_of("glassllm.unknown", table) is None
 
 
+def use_fake_modules(files: dict[str, str], tmp_path, monkeypatch) -> None:
+    """Point MODULES at made-up modules ``glassllm.{name}`` with the given source texts."""
+    fake = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        fake[f"glassllm.{name}"] = path
+    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+
+
 def test_underscore_names_are_found_however_they_are_reached(tmp_path, monkeypatch):
     files = {
         "a": "from .b import _hidden, shown\nfrom . import b\nfrom . import c as see\n"
@@ -260,15 +321,25 @@ def test_underscore_names_are_found_however_they_are_reached(tmp_path, monkeypat
         "b": "_hidden = _also = shown = 1\n",
         "c": "_too = 2\nfrom .c import _mine\n",
     }
-    fake = {}
-    for name, text in files.items():
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        fake[f"glassllm.{name}"] = path
-    monkeypatch.setattr(f"{__name__}.MODULES", fake)
+    use_fake_modules(files, tmp_path, monkeypatch)
     assert sorted(n for n, _ in private_uses("glassllm.a")) == ["glassllm.b._also", "glassllm.b._hidden",
                                                                 "glassllm.c._too"]
     assert private_uses("glassllm.c") == []                               # a module's own names are its own
+
+
+def test_private_attributes_of_other_modules_are_found(tmp_path, monkeypatch):
+    files = {
+        "owner": "class Model:\n    def __init__(self):\n        self._tracer = None\n        self._mine = 1\n"
+                 "    def _walk(self):\n        return self._tracer\n",
+        "user": "def f(model, other):\n    other._mine = 2\n    getattr(model, '_walk')\n"
+                "    return model._tracer, model.__dict__, other._unknown\n",
+        "friend": "class Copy:\n    def __init__(self):\n        self._mine = 0\n"
+                  "def g(x):\n    return x._mine\n",
+    }
+    use_fake_modules(files, tmp_path, monkeypatch)
+    assert sorted(n for n, _ in private_attributes("glassllm.user")) == ["_mine", "_tracer", "_walk"]
+    assert private_attributes("glassllm.owner") == []
+    assert private_attributes("glassllm.friend") == []            # it defines _mine on its own objects too
 
 
 @pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "hf"])

@@ -203,7 +203,7 @@ _COVERED_BY = {"add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum"
                "linear", "rope"}
 # Plain NumPy helpers and the helpers for defining ops (each exercised by the ops that use them).
 _HELPERS = {"Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op", "softmax_np",
-            "softmax_inplace", "sigmoid_np", "rope_table", "rotate"}
+            "log_softmax_np", "logsumexp_np", "softmax_inplace", "sigmoid_np", "rope_table", "rotate"}
 
 
 def test_table_covers_every_primitive():
@@ -388,6 +388,20 @@ def test_softmax_np_edge_rows():
         assert out.dtype == dtype
         assert np.all(np.isfinite(out))
         np.testing.assert_allclose(out, expected, atol=1e-7)
+
+
+def test_log_softmax_np_and_logsumexp_np_equal_torch_and_keep_dead_rows():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 5, 7)) * 30 + 500                 # large entries: exp() alone would overflow
+    for axis in (-1, 0, 1):
+        t = torch.from_numpy(x)
+        np.testing.assert_allclose(ag.log_softmax_np(x, axis), torch.log_softmax(t, dim=axis).numpy(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(ag.logsumexp_np(x, axis), torch.logsumexp(t, dim=axis).numpy(), rtol=1e-14)
+    dead = np.array([[-np.inf, -np.inf], [0.0, -np.inf]])
+    assert ag.logsumexp_np(dead).tolist() == [-np.inf, 0.0]
+    assert ag.log_softmax_np(dead).tolist() == [[-np.inf, -np.inf], [0.0, -np.inf]]
+    np.testing.assert_array_equal(ag.log_softmax(Tensor(x)).data, ag.log_softmax_np(x))   # the primitive's forward
 
 
 def test_softmax_np_integer_input_and_axis():
@@ -637,7 +651,7 @@ def test_a_second_backward_through_a_freed_graph_is_an_error_not_a_silent_no_op(
                           Tensor(np.zeros((1, 1, 3, 4))), np.zeros((2, 1, 3, 3), dtype=bool), 0.5), ValueError,
      "does not broadcast to"),
     (lambda: ag.split(Tensor(np.zeros(4)), 2, axis=5), ValueError, "axis 5 is out of range"),
-    (lambda: ag.repeat_interleave(Tensor(np.zeros(2)), 0, 0), ValueError, "repeats must be an int >= 1, got 0"),
+    (lambda: ag.repeat_interleave(Tensor(np.zeros(2)), 0, 0), ValueError, "repeats must be >= 1, got 0"),
 ])
 def test_bad_arguments_are_named_errors(call, error, match):
     with pytest.raises(error, match=match):

@@ -195,6 +195,8 @@ def test_next_token_logits_and_survivors(client, parts, reference):
         np.testing.assert_array_equal(decode_array(body["sampled"]), want)
         assert sorted(body["survivors"]) == np.flatnonzero(want > 0).tolist()
         assert body["tokens"] == tokenizer.pieces(ids) and body["position"] == len(ids) - 1
+        # the header's line: the inspector records every snapshot, so every layer ran its reference code
+        assert body["paths"] == "layer paths: every layer ran its reference code"
 
 
 def _reference_logits_with(reference, parts, edit):

@@ -305,6 +305,8 @@ def test_live_server(browser, server, parts):
     page.goto(server.url)
     walk_through(page, model, tokenizer, typed=True)
     assert errors == []
+    # The header says which path the layers took (the server's answer, kernels.summary of the trace's paths).
+    assert page.text_content("#mode-line") == "live: local server · layer paths: every layer ran its reference code"
     # Canvas, not DOM cells: the whole page stays small.
     assert page.evaluate("() => document.getElementsByTagName('*').length") < 1500
     ARTIFACTS.mkdir(exist_ok=True)

@@ -95,7 +95,7 @@ def test_show_takes_a_model_object_or_a_file_and_more_views(bundled, tmp_path):
 
 @pytest.mark.parametrize("args, kwargs, message", [
     (("",), {}, "prompt"),
-    ((PROMPT,), {"steps": -1}, "steps must be an int in [0, 64], got -1"),
+    ((PROMPT,), {"steps": -1}, "steps must be in [0, 64], got -1"),
     ((PROMPT,), {"names": ["attn.nope"]}, "unknown snapshot name(s) 'attn.nope'"),
     ((PROMPT,), {"height": 10}, "height must be an int in [200, 4000] (pixels), got 10"),
     ((PROMPT, object()), {}, "model= is a model object: pass its tokenizer= too"),
@@ -129,6 +129,26 @@ def test_trace_show_shows_the_traces_own_numbers(bundled):
             and json.loads(k.split(":", 1)[1]).get("head") == 0]
     assert r["rows"] == [f"id {i}" for i in ids]
     np.testing.assert_array_equal(_array(r["masked"]).astype(bool), np.triu(np.ones((4, 4), dtype=bool), k=1))
+
+
+def test_the_entry_point_shows_a_trace_or_a_prompt_and_needs_no_web_framework(bundled):
+    """glassllm.inspector.show(trace) is Trace.show; glassllm.show is its facade; the notebook view and the
+    offline export import no FastAPI (the page's files are read by inspector.assets)."""
+    import subprocess
+    import sys
+
+    from glassllm import inspector
+
+    model, tokenizer, _ = bundled
+    t = trace(model, tokenizer.encode(PROMPT), names=["layers.0.attn.softmax", "logits"])
+    assert _data(_page(inspector.show(t, tokenizer=tokenizer))) == _data(_page(t.show(tokenizer)))
+    assert _data(_page(glassllm.show(t, tokenizer=tokenizer))) == _data(_page(t.show(tokenizer)))
+    with pytest.raises(TypeError, match="takes no model"):
+        inspector.show(t, model)
+    code = ("import sys, glassllm.inspector.notebook, glassllm.inspector.export; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'starlette', 'uvicorn')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 # ---------------------------------------------------------------------------------------------- in Chromium

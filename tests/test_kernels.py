@@ -73,7 +73,8 @@ def copy_cache(cache):
 class Case:
     """A layer, the arrays it is called on, and how to call it.
 
-    ``call(layer, *tensors)`` calls the layer (a fresh cache each time, if any);
+    ``call(layer, *tensors)`` runs the layer as the model does (``layer.run``: its chosen kernel or
+    its reference), with a fresh cache each time, if any;
     ``n``, ``m`` and ``cache`` are what the dispatcher sees for this call.
     """
 
@@ -94,20 +95,20 @@ def attention_case(dtype, rng, B, n, start=0, pad=None, cache=False):
     x = rng.standard_normal((B, n, CONFIG.dim)).astype(dtype)
 
     def call(layer, x):
-        return layer(x, rope, None if c is None else copy_cache(c), start, pad)
+        return layer.run(x, rope, None if c is None else copy_cache(c), start, pad)
     return Case(attn, [x], call, n, start + n, c)
 
 
 def rms_norm_case(dtype, rng):
     model = model_of(dtype)
     x = (3.0 * rng.standard_normal((2, 9, CONFIG.dim))).astype(dtype)
-    return Case(model.layers[0].ffn_norm, [x], lambda layer, x: layer(x), 9, 9)
+    return Case(model.layers[0].ffn_norm, [x], lambda layer, x: layer.run(x), 9, 9)
 
 
 def feed_forward_case(dtype, rng):
     model = model_of(dtype)
     x = rng.standard_normal((2, 9, CONFIG.dim)).astype(dtype)
-    return Case(model.layers[0].feed_forward, [x], lambda layer, x: layer(x), 9, 9)
+    return Case(model.layers[0].feed_forward, [x], lambda layer, x: layer.run(x), 9, 9)
 
 
 # kernel name -> its cases (builders: dtype, rng -> Case)
@@ -127,12 +128,48 @@ ROWS: dict[str, list[Callable]] = {
     ],
     "fused_rms_norm": [rms_norm_case],
     "fused_feed_forward": [feed_forward_case],
-    "fast_decode": [],   # the whole decoder, no autograd: test_fast_decode_equals_the_reference below
+    # The whole decoder's steps, no autograd: values and the cache it writes (test_kernel_equals_its_reference).
+    "fast_decode": [
+        lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (2, 9)), pad=[0, 3], steps=4),
+        lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (1, 5)), pad=None, steps=3),
+    ],
 }
+
+
+@dataclass
+class DecodeCase:
+    """A prefill of ``tokens`` (B, n) with left padding ``pad``, then ``steps - 1`` greedy single-token steps."""
+
+    model: Transformer
+    tokens: np.ndarray
+    pad: list | None
+    steps: int
+
+
+def _compare_decoding(case: DecodeCase, dtype):
+    """The lean decoder's logits and cache, step by step, against the model's reference forward."""
+    model = case.model
+    pad = None if case.pad is None else np.array(case.pad)
+    batch = case.tokens.shape[0]
+    lean_cache, spec_cache = model.new_cache(batch, pad=pad), model.new_cache(batch, pad=pad)
+    lean = FastDecoder(model)
+    tokens = case.tokens
+    for step in range(case.steps):
+        got = lean(tokens, lean_cache)
+        with kernels.disabled(), no_grad():
+            want = model(tokens, spec_cache).data[:, -1]
+        assert_close(got, want, dtype, f"fast_decode step {step}")
+        assert lean_cache.start == spec_cache.start
+        for what in ("k", "v"):                     # the two write the same cache
+            assert_close(getattr(lean_cache, what)[:, :, :, :lean_cache.start],
+                         getattr(spec_cache, what)[:, :, :, :spec_cache.start], dtype, f"cache {what}, step {step}")
+        tokens = want.argmax(axis=-1)[:, None]
 
 
 def test_every_kernel_has_a_row():
     assert set(ROWS) == set(KERNELS), "a registered kernel needs a row in ROWS (and a row, a kernel)"
+    empty = [name for name, builders in ROWS.items() if not builders]
+    assert not empty, f"{empty} have no comparison in ROWS: each kernel needs at least one real case"
     for name, kernel in KERNELS.items():
         assert kernel.reference and kernel.replaces and kernel.doc, f"{name} must say what it replaces and why"
 
@@ -184,6 +221,9 @@ def assert_close(got, want, dtype, what):
 def test_kernel_equals_its_reference(name, index, dtype):
     rng = np.random.default_rng(100 + index)
     case = ROWS[name][index](dtype, rng)
+    if isinstance(case, DecodeCase):
+        _compare_decoding(case, dtype)
+        return
     cotangent = np.random.default_rng(7)
 
     def grads_of(shape):
@@ -198,33 +238,14 @@ def test_kernel_equals_its_reference(name, index, dtype):
         assert_close(got, want, dtype, f"{name}: {label}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=["float64", "float32"])
-def test_fast_decode_equals_the_reference(dtype):
-    """The lean decoder's logits for a padded prefill, then single steps, equal the model's reference forward."""
-    model = model_of(dtype)
-    rng = np.random.default_rng(3)
-    pad = np.array([0, 3])
-    tokens = rng.integers(0, CONFIG.vocab_size, (2, 9))
-    lean_cache, spec_cache = model.new_cache(2, pad=pad), model.new_cache(2, pad=pad)
-    lean = FastDecoder(model)
-    for step in range(4):
-        got = lean(tokens, lean_cache)
-        with kernels.disabled(), no_grad():
-            want = model(tokens, spec_cache).data[:, -1]
-        assert_close(got, want, dtype, f"fast_decode step {step}")
-        assert lean_cache.start == spec_cache.start
-        for what in ("k", "v"):                     # the two write the same cache
-            assert_close(getattr(lean_cache, what)[:, :, :, :lean_cache.start],
-                         getattr(spec_cache, what)[:, :, :, :spec_cache.start], dtype, f"cache {what}, step {step}")
-        tokens = want.argmax(axis=-1)[:, None]
-
-
 def test_each_kernel_produces_every_snapshot_it_does_not_skip():
     """A tracer that wants only the names a kernel keeps sees exactly those, and the kernel still runs."""
     rng = np.random.default_rng(5)
     for name, builders in ROWS.items():
         for build in builders:
             case = build(np.float64, rng)
+            if isinstance(case, DecodeCase):
+                continue                            # the lean decoder produces no snapshot at all (skips "*")
             layer, kernel = case.layer, KERNELS[name]
             kept = {layer._prefix + s for s in type(layer).SNAPSHOTS if s not in kernel.skips}
             seen = []
@@ -269,7 +290,7 @@ def test_a_traced_name_runs_the_reference():
         assert expect in chosen.values(), f"untraced layers should still run {expect}"
     with kernels.chosen(model._kernel_slots, n=n, m=n, cache=None) as plan:
         assert len(plan) == len(model._kernel_slots)          # untraced: every replaceable layer
-    assert all(layer._kernel is None for layer, _ in model._kernel_slots)   # and back on the reference after
+    assert all(layer.kernel is None for layer, _ in model._kernel_slots)   # and back on the reference after
 
 
 def test_disabled_runs_no_kernel_and_nests():
@@ -347,7 +368,7 @@ def test_attention_follows_the_spec_in_its_order():
     src = _source(nn.Attention.__call__)
     steps = ["self.wq(x)", "self.wk(x)", "self.wv(x)", "ag.rope(q", "ag.rope(k", "cache.append(",
              "ag.repeat_interleave(k", "ag.matmul(q, k.transpose(0, 1, 3, 2)) / math.sqrt(D)",
-             "causal_mask(n, m, start)", "ag.masked_fill(scores", "ag.softmax(scores", "ag.matmul(weights, v)",
+             "causal_mask(n, m, start", "ag.masked_fill(scores", "ag.softmax(scores", "ag.matmul(weights, v)",
              "ag.matmul(mix, wo)", "ag.sum(head_out"]
     where = [src.find(step) for step in steps]
     assert -1 not in where, f"missing step: {steps[where.index(-1)]}"
@@ -361,3 +382,72 @@ def test_doctests():
 
     for module in (dispatch, dense):
         assert doctest.testmod(module).failed == 0, module.__name__
+
+
+# ----------------------------------------------------------------------------
+# kernels.plan: which path each layer takes, and the trace's record of the paths taken
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("traced", [False, True, ["layers.1.attn.softmax", "layers.2.mlp_norm.rms"]],
+                         ids=["untraced", "traced", "two-names"])
+@pytest.mark.parametrize("n", [16, 256])
+def test_plan_names_the_path_every_layer_takes_in_a_real_forward(n, traced):
+    """The plan for a 16- and a 256-token forward equals the paths a tracer records while the model runs."""
+    from glassllm.trace import Tracer
+
+    model = Transformer(seed=0)
+    tokens = np.random.default_rng(n).integers(0, model.config.vocab_size, (1, n))
+    names = [] if traced is False else (None if traced is True else traced)
+    with no_grad(), Tracer(model, names=names) as tracer:
+        model(tokens)
+    taken = tracer.trace.paths
+    plan = kernels.plan(model, n=n, traced=traced)
+    assert plan.paths == taken
+    assert set(taken) == {layer.prefix[:-1] for layer, _ in model._kernel_slots}      # every replaceable layer
+    for row in plan.rows:
+        owner = type(next(x for x in model.modules() if x.prefix == row.layer + "."))
+        if traced is True or (traced and any(name.startswith(row.layer + ".") for name in traced)):
+            assert row.path == "reference" and "traced" in row.because      # a recorded snapshot: the reference
+        else:                                       # the first registered kernel that serves these shapes
+            serving = [k for k in kernels.kernels_for(owner) if k.applies(n, n, None)]
+            assert row.path == serving[0].name and serving[0].serves in row.because
+    text = str(plan)
+    assert text.splitlines()[0].startswith(f"{n} new queries against {n} keys, no cache")
+    for row in plan.rows:                           # every path appears on the printed table
+        assert row.path in text
+
+
+def test_plan_with_a_cache_names_the_decoder_and_follows_disabled():
+    model = Transformer(seed=0)
+    cache = model.new_cache(1)
+    cache.start = 9
+    plan = kernels.plan(model, n=1, cache=cache)
+    assert plan.heading.startswith("1 new query against 10 keys, a cache")
+    assert plan.decoding.path == "fast_decode" and "decoding steps" in str(plan)
+    with kernels.disabled("fused_rms_norm", "fast_decode"):
+        off = kernels.plan(model, n=1, m=10, cache=True)
+    assert all(r.path == "reference" and "switched off" in r.because for r in off.rows if "norm" in r.layer)
+    assert off.decoding.path != "fast_decode"
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+        kernels.plan(model, n=0)
+    with pytest.raises(TypeError, match="traced must be"):
+        kernels.plan(model, n=3, traced=3)
+
+
+def test_a_layer_called_directly_runs_its_reference_and_run_follows_its_kernel():
+    model = model_of(np.float64)
+    attn, norm = model.layers[0].attention, model.layers[0].attention_norm
+    assert attn.kernel is None and norm.kernel is None
+    with kernels.chosen(model._kernel_slots, n=5, m=5, cache=None) as plan:
+        assert norm.kernel is plan[norm] is KERNELS["fused_rms_norm"]
+        x = Tensor(np.random.default_rng(0).standard_normal((1, 5, CONFIG.dim)))
+        seen = TeachingTracer()
+        norm.set_tracer(seen)
+        try:
+            norm(x)                                 # the reference: every snapshot, rms included
+            ref = list(seen.seen)
+            seen.seen.clear()
+            norm.run(x)                             # the kernel the dispatcher chose: no rms
+        finally:
+            norm.set_tracer(None)
+    assert any(s.endswith(".rms") for s in ref) and not any(s.endswith(".rms") for s in seen.seen)

@@ -133,6 +133,11 @@ def test_core_install_traces(bundled):
     """)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("(")
+    from glassllm.cli import COMMANDS
+
+    if "trace" in COMMANDS:                                       # the command prints the same snapshot
+        run = _cli("trace", "Once upon a time", "--snapshot", "layers.0.attn.softmax", "--head", "0")
+        assert run.returncode == 0 and run.stdout.startswith("layers.0.attn.softmax, head 0"), run.stderr
 
 
 def test_core_install_names_the_extra_a_command_needs(bundled, tmp_path):

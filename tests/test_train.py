@@ -30,6 +30,7 @@ from glassllm.data import WindowSampler
 from glassllm.optim import AdamW
 from glassllm.train import RECIPES, GradientThreads, TrainConfig, Trainer, evaluate, evaluate_text, train_step
 from glassllm.tokenizer import Tokenizer
+from glassllm_testing import story_files
 
 TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 
@@ -50,10 +51,7 @@ def make_stories(n: int, seed: int) -> str:
 
 @pytest.fixture
 def texts(tmp_path):
-    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
-    train.write_text(make_stories(200, 0), encoding="utf-8")
-    valid.write_text(make_stories(20, 1), encoding="utf-8")
-    return train, valid
+    return story_files(tmp_path, make_stories(200, 0), make_stories(20, 1))
 
 
 # ----------------------------------------------------------------------------
@@ -121,7 +119,7 @@ def test_gradient_threads_give_the_gradient_of_the_whole_batch(n):
         for name, p in model.named_parameters():
             p.data = new[name].copy()                                    # fresh arrays: the copies must follow
     threads.close()
-    with pytest.raises(ValueError, match="workers must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         GradientThreads(model, 0)
 
 
@@ -362,7 +360,9 @@ def test_evaluate_matches_pytorch_and_counts_bytes(make_model, tmp_path):
             window = ids[s:s + T + 1].astype(np.int64)
             logits = ref(window[None, :-1])[0]
             nats += F.cross_entropy(logits, torch.as_tensor(window[1:]), reduction="sum").item()
-    n_bytes = len(text.encode("utf-8")) - len(tok.decode_bytes([int(ids[0])]))   # all but the first token
+    # The stories' own bytes (the "\n<|endoftext|>\n" lines between them count none), all but the first token's.
+    stories = text.split("\n<|endoftext|>\n")
+    n_bytes = sum(len(s.encode("utf-8")) for s in stories) - len(tok.decode_bytes([int(ids[0])]))
     assert result.tokens == len(ids) - 1 and result.bytes == n_bytes
     assert result.windows == math.ceil((len(ids) - 1) / T)
     assert result.nats == pytest.approx(nats, rel=1e-10)
@@ -607,7 +607,7 @@ def test_tokenizer_option_and_eval_command(texts, tmp_path, capsys):
     assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid),
                  "--seq-len", "16", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
-    expected = evaluate_text(model, tok, str(valid), seq_len=16)
+    expected = evaluate_text(model, tok, str(valid), seq_len=16, from_start=True)   # after <|endoftext|> "\n"
     assert figures["loss"] == pytest.approx(expected.loss, rel=1e-6)
     assert figures["bytes"] == expected.bytes
     assert main(["eval", "--model", str(out / "model.safetensors"), "--data", str(valid), "--seq-len", "0"]) == 2
@@ -644,7 +644,14 @@ def test_bundled_model_reproduces_its_recorded_probe_loss():
         "the probe text here differs from the one tools/finish_bundled.py recorded"
     result = evaluate_text(model, tok, PROBE_TEXT)
     assert result.loss == pytest.approx(float(meta["probe_loss"]), rel=1e-5)
-    assert result.bits_per_byte == pytest.approx(float(meta["probe_bits_per_byte"]), rel=1e-5)
+    # Bits per byte count the story's own bytes: not the "\n<|endoftext|>\n" after it, nor the first token's.
+    ids = tok.encode_corpus(PROBE_TEXT)
+    story = PROBE_TEXT[:-len("\n<|endoftext|>\n")].encode("utf-8")
+    assert result.bytes == len(story) - len(tok.decode_bytes([int(ids[0])]))
+    # The figure the file records, over the bytes it was recorded with (files made before bytes were counted
+    # so recorded every predicted token's bytes, the separator's too, and no probe_bytes).
+    recorded = int(meta.get("probe_bytes") or len(tok.decode_bytes(ids[1:])))
+    assert result.nats / (math.log(2) * recorded) == pytest.approx(float(meta["probe_bits_per_byte"]), rel=1e-5)
     for key in ("command", "seed", "train_data_sha256", "tokens_seen", "wall_time_s", "valid_loss",
                 "valid_bits_per_byte"):
         assert meta.get(key), key

@@ -8,7 +8,7 @@ It
 
 1. checks that the run finished (the training state is at its last step);
 2. re-evaluates the run's ``model.safetensors`` on the held-out file the run
-   used (``glassllm eval`` semantics: non-overlapping 256-token windows, loss,
+   used (``glassllm eval`` semantics: non-overlapping windows of the trained length, loss,
    perplexity, bits per byte);
 3. evaluates the fixed probe text below -- the same text
    ``tests/test_train.py::PROBE_TEXT`` evaluates -- and records its SHA-256,
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
 
     valid_files = [args.valid] if args.valid else [f for f, _ in json.loads(state["data"])["valid"]]
     print(f"evaluating on {valid_files} ...", flush=True)
-    valid = evaluate_text(model, tok, valid_files)
+    valid = evaluate_text(model, tok, valid_files, config["seq_len"], from_start=True)   # as glassllm eval reads it
     probe = evaluate_text(model, tok, PROBE_TEXT)
     print(f"held-out: {valid.line()}\nprobe:    {probe.line()}", flush=True)
 
@@ -140,6 +140,7 @@ def main(argv=None) -> int:
         "valid_bytes": str(valid.bytes),
         "probe_sha256": hashlib.sha256(PROBE_TEXT.encode("utf-8")).hexdigest(),
         "probe_loss": repr(probe.loss), "probe_bits_per_byte": repr(probe.bits_per_byte),
+        "probe_bytes": str(probe.bytes),
         "samples": json.dumps({"sampling": SAMPLING, "samples": samples}),
         "repetition": json.dumps(repeats),
         "packaged": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -234,10 +235,12 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repe
         f"| probe text loss | {meta['probe_loss']} (bits/byte {meta['probe_bits_per_byte']}, SHA-256 `{meta['probe_sha256'][:16]}...`) |",
         f"| model file | {size:,} bytes |",
         "",
-        "Held-out figures use `glassllm eval` semantics: the text is encoded with the model's tokenizer and cut",
-        "into non-overlapping 256-token windows; every token but the first is predicted once. Loss is the mean",
-        "of the nats over predicted tokens; bits per byte divides the total nats by ln 2 times the UTF-8 bytes",
-        "of the predicted tokens' text. Re-check with",
+        "Held-out figures use `glassllm eval` semantics: the text is encoded with the model's tokenizer, read",
+        f"after `<|endoftext|>` and a newline, and cut into non-overlapping {config['seq_len']}-token windows;",
+        "every token after that start is predicted once. Loss is the mean of the nats over predicted tokens;",
+        "bits per byte divides the total nats by ln 2 times the UTF-8 bytes of the stories' own text (the",
+        "separator lines between stories count none). `python tools/specimen_report.py` gives the",
+        "per-document figures and the loss by position band. Re-check with",
         "`glassllm eval --data ../shared/data/tinystories/valid.txt`.",
         "The probe text is a short story written for `tests/test_train.py`, which re-evaluates the shipped",
         "model on it and compares with the loss recorded here.",
@@ -272,7 +275,8 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repe
         "(a sequence-length warm-up, the same tokens per step), and",
         f"that a share of the windows ({short_share} during the warm-up, {config['repeat_fraction']} after it) are one "
         f"span of {config['repeat_tokens']} tokens repeated until the window is full.",
-        "Both are there to grow induction heads (docs/lessons/10-training.md and 11-reading-heads.md).",
+        "Both are there to grow induction heads (docs/lessons/10-training.md and 11-reading-heads.md; the runs",
+        "that led to this recipe are in docs/training-log.md).",
         "",
         "Copying, measured by `python tools/induction_scores.py` (8 random 40-token sequences, each followed by",
         f"itself): loss {induction['first']:.2f} nats/token on the first copy, {induction['second']:.2f} on the second;",

@@ -34,9 +34,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .checks import check_int
+
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op",
-    "softmax_np", "softmax_inplace", "sigmoid_np",
+    "softmax_np", "log_softmax_np", "logsumexp_np", "softmax_inplace", "sigmoid_np",
     "add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum", "mean", "exp",
     "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
@@ -337,7 +339,8 @@ def _need(t: Tensor) -> bool:
 
 
 # ----------------------------------------------------------------------------
-# Plain NumPy softmax (used by lessons and the tracer)
+# Plain NumPy softmax, log-softmax and log-sum-exp: the one stable copy (used by the primitives
+# below, sampling, evaluation, the logit lens and the lessons)
 # ----------------------------------------------------------------------------
 
 def softmax_np(x, axis: int = -1) -> np.ndarray:
@@ -356,6 +359,52 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
     return softmax_inplace(x, axis, copy=True)
+
+
+def log_softmax_np(x, axis: int = -1) -> np.ndarray:
+    """log(softmax(x)) along ``axis`` in plain NumPy: ``(x - max) - log(sum(exp(x - max)))``.
+
+    A row that is all ``-inf`` stays all ``-inf`` (its softmax is all zeros, as
+    :func:`softmax_np` makes it).
+
+    >>> np.round(log_softmax_np(np.array([0.0, np.log(3.0)])), 6)
+    array([-1.386294, -0.287682])
+    """
+    return _log_softmax_and_dead(x, axis)[0]
+
+
+def _log_softmax_and_dead(x, axis: int):
+    """:func:`log_softmax_np`, and which rows are all -inf (kept as an axis of size 1)."""
+    shifted, log_total, dead = _shifted_log_total(x, axis)
+    return shifted - np.where(dead, 0.0, log_total).astype(shifted.dtype, copy=False), dead
+
+
+def logsumexp_np(x, axis: int = -1) -> np.ndarray:
+    """``log(sum(exp(x)))`` along ``axis`` (the axis removed), stable for large entries: the row maximum
+    is taken out first. A row that is all ``-inf`` gives ``-inf``.
+
+    >>> float(logsumexp_np(np.array([1000.0, 1000.0])))      # exp(1000) overflows; this does not
+    1000.6931471805599
+    """
+    x = np.asarray(x)
+    shifted, log_total, dead = _shifted_log_total(x, axis)
+    peak = np.where(dead, 0.0, x.max(axis=axis, keepdims=True)).astype(log_total.dtype, copy=False)
+    return np.squeeze(np.where(dead, -np.inf, log_total + peak), axis=axis)
+
+
+def _shifted_log_total(x, axis: int):
+    """``x - max`` (no shift in an all -inf row), ``log(sum(exp(x - max)))`` kept as an axis of size 1, and the
+    rows that are all -inf: the steps :func:`log_softmax_np` and :func:`logsumexp_np` share."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)                                        # integers compute in float64
+    peak = x.max(axis=axis, keepdims=True)
+    dead = np.isneginf(peak)                                            # rows with nothing to choose
+    peak = np.where(dead, 0.0, peak).astype(x.dtype, copy=False)        # (no shift there)
+    shifted = x - peak
+    with np.errstate(divide="ignore"):
+        log_total = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted, log_total, dead
 
 
 def softmax_inplace(s: np.ndarray, axis: int = -1, copy: bool = False) -> np.ndarray:
@@ -677,17 +726,10 @@ def _softmax_grad(p: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
 
 
 def log_softmax(a, axis: int = -1) -> Tensor:
-    """log(softmax(a)) along ``axis``; a row that is all -inf gives -inf and a zero gradient
-    (its softmax is all zeros, as :func:`softmax_np` makes it)."""
+    """log(softmax(a)) along ``axis`` (:func:`log_softmax_np`); a row that is all -inf gives -inf and a
+    zero gradient (its softmax is all zeros, as :func:`softmax_np` makes it)."""
     a = as_tensor(a)
-    x = a.data if a.dtype.kind == "f" else a.data.astype(np.float64)    # integers compute in float64
-    peak = x.max(axis=axis, keepdims=True)
-    dead = np.isneginf(peak)                                            # rows with nothing to choose
-    peak = np.where(dead, 0.0, peak).astype(x.dtype, copy=False)        # (no shift there)
-    shifted = x - peak
-    with np.errstate(divide="ignore"):
-        lse = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
-    out = shifted - np.where(dead, 0.0, lse).astype(x.dtype, copy=False)   # a dead row stays -inf
+    out, dead = _log_softmax_and_dead(a.data, axis)
 
     def backward(g):
         dx = g - np.exp(out) * g.sum(axis=axis, keepdims=True)
@@ -855,8 +897,7 @@ def repeat_interleave(a, repeats: int, axis: int) -> Tensor:
     g*repeats ... g*repeats + repeats - 1.
     """
     a = as_tensor(a)
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
-        raise ValueError(f"repeat_interleave repeats must be an int >= 1, got {repeats!r}")
+    repeats = check_int("repeats", repeats, low=1)
     if a.ndim == 0:
         raise ValueError("repeat_interleave needs a tensor with at least one axis, got a 0-d tensor")
     (axis,) = _norm_axis(axis, a.ndim)

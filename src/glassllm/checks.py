@@ -20,6 +20,20 @@ the library says ``top_k must be in [1, 1024] (the vocabulary) or None, got 0``
 >>> str(ParameterError("lr", "=1e+308 is too large"))
 'lr=1e+308 is too large'
 
+:func:`check_int` is the one check of an integer parameter:
+
+>>> check_int("steps", 3, low=1)
+3
+>>> check_int("top_k", 0, low=1, high=1024)
+Traceback (most recent call last):
+glassllm.checks.ParameterError: top_k must be in [1, 1024], got 0
+>>> check_int("batch", 2.0)
+Traceback (most recent call last):
+glassllm.checks.ParameterTypeError: batch must be an int, got 2.0
+>>> check_int("steps", 2.5, low=1)
+Traceback (most recent call last):
+glassllm.checks.ParameterTypeError: steps must be an int >= 1, got 2.5
+
 This module imports nothing from glassllm.
 """
 
@@ -27,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ParameterError", "ParameterTypeError", "is_int", "is_number"]
+__all__ = ["ParameterError", "ParameterTypeError", "is_int", "is_number", "check_int"]
 
 
 class ParameterError(ValueError):
@@ -88,3 +102,28 @@ def is_int(x) -> bool:
 def is_number(x) -> bool:
     """Is ``x`` a real number (a Python or NumPy int or float, not a bool)?"""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_int(name: str, x, low: int | None = None, high: int | None = None, *, none: bool = False,
+              owner: str = "") -> int | None:
+    """``x`` as a Python int, when it is an integer (not a bool) in [low, high] (either bound may be None).
+
+    Otherwise raises :class:`ParameterTypeError` for a value that is not an integer (``"steps must be
+    an int >= 1, got 2.5"``) or :class:`ParameterError` for one out of range (``"steps must be >= 1,
+    got 0"``), naming parameter ``name`` (of class ``owner``, if given). With ``none=True`` None is
+    accepted and returned.
+    """
+    if x is None and none:
+        return None
+    if low is not None and high is not None:
+        span = f" in [{low}, {high}]"
+    elif low is not None or high is not None:
+        span = f" >= {low}" if low is not None else f" <= {high}"
+    else:
+        span = ""
+    if not is_int(x):
+        raise ParameterTypeError(name, f"must be an int{span}{' or None' if none else ''}, got {x!r:.60}",
+                                 owner=owner)
+    if (low is not None and x < low) or (high is not None and x > high):
+        raise ParameterError(name, f"must be{span}, got {int(x)}", owner=owner)
+    return int(x)

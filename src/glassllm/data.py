@@ -53,7 +53,7 @@ from .optional import require
 from .tokenizer import EOT, folder_texts
 
 __all__ = [
-    "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler",
+    "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler", "doc_start_id", "doc_starts",
     "HUB_SOURCES", "hub_url", "fetch_hub_file", "hub_source", "resolve_sources", "default_cache_dir",
     "SHIPPED_SOURCES", "DEFAULT_TRAIN", "DEFAULT_VALID", "shipped_source", "shipped_text",
 ]
@@ -176,6 +176,33 @@ def _distinct(ids) -> np.ndarray:
     return np.flatnonzero(counts)
 
 
+def doc_start_id(tokenizer) -> int | None:
+    """The id a document starts from: ``<s>`` for a tokenizer that puts it first, else ``<|endoftext|>``
+    (a glassllm model starts a fresh story after it); None if the tokenizer has neither."""
+    if getattr(tokenizer, "bos_id", None) is not None:
+        return int(tokenizer.bos_id)
+    return tokenizer.special_tokens.get(EOT)
+
+
+def doc_starts(ids, start_id: int, tokenizer=None) -> np.ndarray:
+    """Where documents start in a (memory-mapped) token array, in order: the positions of ``start_id``.
+
+    With a ``tokenizer`` that puts nothing before a prompt (glassllm's: ``bos_id`` None), also
+    the position of each story's first token, after the ``<|endoftext|>`` and the newline that
+    follows it in a story file: a prompt is read from there.
+    """
+    found = [np.flatnonzero(np.asarray(ids[k:k + (1 << 22)]) == start_id) + k for k in range(0, len(ids), 1 << 22)]
+    starts = np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+    if tokenizer is None or getattr(tokenizer, "bos_id", None) is not None:
+        return starts
+    newline = tokenizer.encode("\n")
+    first = starts + 1
+    first = first[first < len(ids)]
+    if len(newline) == 1:                                    # "<|endoftext|>" "\n" story: skip the newline
+        first = first + (np.asarray(ids[first]) == newline[0])
+    return np.unique(np.concatenate([starts, first[first < len(ids)]]))
+
+
 REPEAT_TOKENS = ("text", "random")  # what a repeated window's span is made of (see WindowSampler)
 
 
@@ -198,7 +225,16 @@ class WindowSampler:
     independently and uniformly from the ids that occur in the data: its first
     copy is unpredictable, and copying is the only way to predict the rest. With
     r = 0 the sampler draws exactly the same numbers as one without the option.
-    The draws per batch: B starts, then (r > 0) B uniforms for "repeat?", B
+
+    With ``doc_starts`` (the positions of the documents' start tokens: ``<|endoftext|>``
+    before each story, or ``<s>``) and ``doc_start_fraction`` d > 0, each row starts,
+    with probability d, at a document's start token instead of at an arbitrary
+    offset (a start drawn uniformly from those with a whole window after them), so
+    the window holds a story from its beginning, and the story's end token is
+    predicted with all of the story in view. With d = 0 nothing more is drawn.
+
+    The draws per batch: B starts, then (d > 0) B uniforms for "document start?" and
+    B indices into the document starts, then (r > 0) B uniforms for "repeat?", B
     periods, and ("random") B x (T+1) indices into the sorted distinct ids.
     ``next_batch(seq_len, batch_size, repeat_fraction)`` draws one batch of another
     shape, or with another share of repeated windows, from the same stream (the
@@ -212,7 +248,8 @@ class WindowSampler:
     """
 
     def __init__(self, ids: np.ndarray, seq_len: int, batch_size: int, rng: np.random.Generator,
-                 repeat_fraction: float = 0.0, repeat_tokens: str = "text"):
+                 repeat_fraction: float = 0.0, repeat_tokens: str = "text", doc_starts=None,
+                 doc_start_fraction: float = 0.0):
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
         if len(ids) < seq_len + 1:
@@ -224,6 +261,12 @@ class WindowSampler:
         self.ids, self.seq_len, self.batch_size, self.rng = ids, int(seq_len), int(batch_size), rng
         self.repeat_fraction = float(repeat_fraction)
         self.repeat_tokens = repeat_tokens
+        if not 0.0 <= doc_start_fraction <= 1.0:
+            raise ValueError(f"doc_start_fraction must be between 0 and 1, got {doc_start_fraction!r}")
+        if doc_start_fraction > 0 and doc_starts is None:
+            raise ValueError("doc_start_fraction > 0 needs doc_starts: the positions of the documents' start tokens")
+        self.doc_starts = None if doc_starts is None else np.sort(np.asarray(doc_starts, dtype=np.int64))
+        self.doc_start_fraction = float(doc_start_fraction)
         self._types = None            # the distinct ids, counted once a random span needs them
         self.batches = 0
 
@@ -242,6 +285,12 @@ class WindowSampler:
             self._types = _distinct(self.ids)
         offsets = np.arange(T + 1)                                                # (T+1,)
         starts = self.rng.integers(0, len(self.ids) - T, size=B)                  # (B,)
+        if self.doc_start_fraction > 0:
+            at_doc = self.rng.random(B) < self.doc_start_fraction                 # (B,)
+            usable = int(np.searchsorted(self.doc_starts, len(self.ids) - T))    # starts with T+1 ids after them
+            pick = self.rng.integers(0, max(usable, 1), size=B)                   # (B,)
+            if usable:
+                starts = np.where(at_doc, self.doc_starts[pick], starts)
         index = starts[:, None] + offsets                                         # (B, T+1)
         if r > 0:
             repeat = self.rng.random(B)[:, None] < r                              # (B, 1)

@@ -66,7 +66,7 @@ import numpy as np
 
 from . import kernels
 from .autograd import no_grad
-from .checks import ParameterError, ParameterTypeError, is_int
+from .checks import ParameterError, ParameterTypeError, check_int, is_int
 from .nn import Transformer
 from .sampling import check_temperature, check_top_k, check_top_p, model_probs, sample, sampling_distribution
 from .tokenizing import TextTokenizer
@@ -178,15 +178,6 @@ def _check_seeds(seed, batch: int) -> list[np.random.Generator]:
     raise ParameterTypeError("seed", f"must be an int >= 0 or a numpy Generator{many}, got {seed!r}")
 
 
-def _check_count(value, name: str, low: int, high: int | None = None) -> int:
-    if not is_int(value):
-        raise ParameterTypeError(name, f"must be an int >= {low}, got {value!r}")
-    if value < low or (high is not None and value > high):
-        span = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ParameterError(name, f"must be {span}, got {value!r}")
-    return int(value)
-
-
 # ----------------------------------------------------------------------------
 # The API
 # ----------------------------------------------------------------------------
@@ -247,16 +238,16 @@ def generate_batch(model: Transformer, tokenizer, prompts, max_new_tokens: int =
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ParameterError("prompts", f"must be a non-empty list of prompts, got {prompts!r:.60}")
     ids = [prompt_ids(p, model, tokenizer, _where or f"prompt {b}") for b, p in enumerate(prompts)]
-    max_new = _check_count(max_new_tokens, "max_new_tokens", 1)
+    max_new = check_int("max_new_tokens", max_new_tokens, low=1)
     t = check_temperature(temperature)
     k = check_top_k(top_k, V)
     p = check_top_p(top_p)
     stops = _check_stop(stop, tokenizer)
     rngs = _check_seeds(seed, len(ids))
-    alternatives = _check_count(alternatives, "alternatives", 0, V)
+    alternatives = check_int("alternatives", alternatives, low=0, high=V)
     if fast is not None and not isinstance(fast, bool):
         raise ParameterTypeError("fast", f"must be True, False or None, got {fast!r}")
-    if fast and model._tracer is not None:
+    if fast and model.tracer is not None:
         raise ValueError("fast=True skips the snapshots, but a tracer is attached; use fast=None or False")
     longest, ctx = max(len(x) for x in ids), model.config.max_seq_len
     if longest >= ctx:
@@ -295,7 +286,7 @@ def _decode(model, tokenizer, ids, max_new, temperature, top_k, top_p, stops, rn
     for step in range(max_new):
         start = cache.start
         n = tokens.shape[1]
-        if kernels.lean_decoding(model) if fast is None else (fast and model._tracer is None):
+        if kernels.lean_decoding(model) if fast is None else (fast and model.tracer is None):
             if lean is None:
                 lean = kernels.FastDecoder(model)
             logits = lean(tokens, cache)                                 # (B, V) last position

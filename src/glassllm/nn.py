@@ -40,9 +40,12 @@ below, with the batch axis removed.
 Kernels. Each layer's ``__call__`` here is the reference: the spec, step by
 step. Faster ways to compute the same numbers (fused ops, tiled attention)
 live in :mod:`glassllm.kernels`; at the start of every forward the model asks
-that package's dispatcher once which layers may run one, and a layer whose
-snapshots a tracer wants always runs the code below. ``with
-glassllm.kernels.disabled():`` runs this code everywhere.
+that package's dispatcher once which layers may run one (it sets each layer's
+``kernel``), and calls its layers through :meth:`Module.run`, the one line that
+runs the chosen kernel or the reference. A layer whose snapshots a tracer wants
+always runs the code below. ``glassllm.kernels.plan(model, n=16)`` prints which
+path each layer takes and why; ``with glassllm.kernels.disabled():`` runs this
+code everywhere.
 
 Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
 G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
@@ -50,7 +53,6 @@ G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -59,27 +61,12 @@ from . import autograd as ag
 from . import kernels
 from .autograd import Tensor
 from .config import ModelConfig
+from .positions import causal_mask, positions
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
     "Block", "Transformer", "KVCache", "causal_mask", "model_dtype",
 ]
-
-
-def causal_mask(n: int, m: int, start: int = 0) -> np.ndarray:
-    """Forbidden positions for ``n`` new queries against ``m`` keys: (n, m) bool.
-
-    Query i sits at absolute position ``start + i`` and may read keys
-    0 .. start + i; entry (i, j) is True -- forbidden -- where ``j > start + i``.
-
-    >>> causal_mask(2, 3, start=1).astype(int)
-    array([[0, 0, 1],
-           [0, 0, 0]])
-    """
-    for name, value in (("n", n), ("m", m), ("start", start)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"causal_mask: {name} must be an int >= 0, got {value!r}")
-    return np.arange(m)[None, :] > (start + np.arange(n))[:, None]
 
 
 # ----------------------------------------------------------------------------
@@ -106,32 +93,34 @@ class Module:
     :meth:`Transformer.__init__` assigns every module its snapshot prefix
     (``layers.0.attn.`` for the first block's ``attention``).
 
-    A subclass's ``__call__`` is its reference computation. For one forward the
-    kernel dispatcher (:mod:`glassllm.kernels.dispatch`) may set ``_kernel`` to a
-    function computing the same thing faster; a call then runs that instead.
-    Outside a model's forward ``_kernel`` is None and the reference runs.
+    A subclass's ``__call__`` is its reference computation. The model calls
+    its layers through :meth:`run`, which runs ``self.kernel`` instead when the
+    dispatcher (:mod:`glassllm.kernels.dispatch`) chose one for this forward: a
+    registered function computing the same thing faster. Outside a model's
+    forward ``kernel`` is None and the reference runs;
+    :func:`glassllm.kernels.plan` tells which path each layer takes, and why.
     """
 
     SNAPSHOTS: dict[str, tuple[str, ...]] = {}
-    _kernel = None
+    kernel = None           # the kernel chosen for this forward (a glassllm.kernels.Kernel), or None
 
     def __init__(self):
         self._tracer = None
         self._prefix = ""
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        reference = cls.__dict__.get("__call__")
-        if reference is None:
-            return
+    def run(self, *args, **kwargs):
+        """This layer inside a model's forward: the chosen kernel, or else the reference ``__call__``."""
+        return self(*args, **kwargs) if self.kernel is None else self.kernel.run(self, *args, **kwargs)
 
-        @functools.wraps(reference)
-        def __call__(self, *args, **kwargs):
-            kernel = self._kernel
-            if kernel is None:
-                return reference(self, *args, **kwargs)
-            return kernel(self, *args, **kwargs)
-        cls.__call__ = __call__
+    @property
+    def prefix(self) -> str:
+        """This module's snapshot prefix: ``"layers.0.attn."`` for the first block's attention; "" for the model."""
+        return self._prefix
+
+    @property
+    def tracer(self):
+        """The tracer attached with :meth:`set_tracer`, or None."""
+        return self._tracer
 
     # -- walking --------------------------------------------------------------
     def _child_attributes(self) -> list:
@@ -235,7 +224,7 @@ class Module:
             self.snap(local, fn(*args, **kwargs))
 
     def begin_forward(self, **step) -> None:
-        """Tell an attached tracer that a forward begins (n, m, start, tokens, pad)."""
+        """Tell an attached tracer that a forward begins (n, m, start, tokens, pad, paths)."""
         if self._tracer is not None:
             self._tracer.begin_forward(**step)
 
@@ -419,9 +408,7 @@ class Attention(Module):
         scores = self.snap("scores", scores)
 
         # 6. The causal mask (and left padding): forbidden scores become -inf.
-        mask = causal_mask(n, m, start)                                  # (n, m)
-        if pad is not None:
-            mask = mask | (np.arange(m) < pad[:, None, None])            # (B, n, m)
+        mask = causal_mask(n, m, start, pad)                             # (n, m), or (B, n, m) with padding
         mask = self.snap("mask", Tensor(np.broadcast_to(mask, (B, n, m))))  # (B, n, m)
         scores = ag.masked_fill(scores, mask.data[:, None], -math.inf)   # (B, H, n, m)
 
@@ -466,6 +453,8 @@ class FeedForward(Module):
 class Block(Module):
     """Pre-norm residual block: ``h = x + attn(norm(x))``, ``out = h + mlp(norm(h))``.
 
+    Each layer is called through :meth:`Module.run`: its kernel for this forward, or its reference.
+
     Snapshots of the residual stream: ``resid_pre`` (the block's input),
     ``resid_mid`` (after attention), ``resid_post`` (after the MLP); all (n, C).
     """
@@ -481,8 +470,8 @@ class Block(Module):
 
     def __call__(self, x, rope, cache=None, start=0, pad=None) -> Tensor:
         x = self.snap("resid_pre", x)
-        h = self.snap("resid_mid", x + self.attention(self.attention_norm(x), rope, cache, start, pad))
-        return self.snap("resid_post", h + self.feed_forward(self.ffn_norm(h)))
+        h = self.snap("resid_mid", x + self.attention.run(self.attention_norm.run(x), rope, cache, start, pad))
+        return self.snap("resid_post", h + self.feed_forward.run(self.ffn_norm.run(h)))
 
     def snapshot_axes(self):
         own = super().snapshot_axes()
@@ -611,6 +600,16 @@ class Transformer(Module):
         self._kernel_slots = kernels.slots(self._all_modules[1:])          # the layers a kernel may replace
         self._axes = self._walk_snapshot_axes()
 
+    def begin_forward(self, plan=None, **step) -> None:
+        """Tell an attached tracer that a forward begins (n, m, start, tokens, pad) and which path each
+        layer that a kernel may replace takes: ``paths`` {layer name: kernel name or "reference"},
+        from the dispatcher's ``plan`` {layer: Kernel}."""
+        if self._tracer is not None:
+            plan = plan or {}
+            paths = {layer.prefix[:-1]: plan[layer].name if layer in plan else "reference"
+                     for layer, _ in self._kernel_slots}
+            self._tracer.begin_forward(paths=paths, **step)
+
     def modules(self) -> list[Module]:
         """As :meth:`Module.modules`, walked once at construction (the structure is fixed there)."""
         return list(self._all_modules)
@@ -684,22 +683,19 @@ class Transformer(Module):
                              f"this model needs {self.dtype} with (L, G, D) = {self._cache_axes}: make it with "
                              "model.new_cache(batch)")
         pad = None if cache is None else cache.pad
-        self.begin_forward(n=n, m=m, start=start, tokens=tokens, pad=pad)
 
         # Positions: row b of a left-padded batch counts from pad[b].
-        if pad is None:
-            cos, sin = self.rotary.tables(np.arange(start, m))             # (n, D/2)
-        else:
-            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
-            cos, sin = self.rotary.tables(positions)                        # (B, n, D/2)
+        cos, sin = self.rotary.tables(positions(start, m, pad))             # (n, D/2) or (B, n, D/2)
+        if pad is not None:
             cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
 
-        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache):    # which layers run a kernel
-            x = self.snap("embed", self.tok_embeddings(tokens))             # (B, n, C)
+        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache) as plan:  # which layers run a kernel
+            self.begin_forward(plan, n=n, m=m, start=start, tokens=tokens, pad=pad)
+            x = self.snap("embed", self.tok_embeddings.run(tokens))         # (B, n, C)
             for block in self.layers:
-                x = block(x, (cos, sin), cache, start, pad)                 # (B, n, C)
-            x = self.norm(x)                                                # (B, n, C)
-            logits = self.snap("logits", self.output(x))                    # (B, n, V)
+                x = block.run(x, (cos, sin), cache, start, pad)             # (B, n, C)
+            x = self.norm.run(x)                                            # (B, n, C)
+            logits = self.snap("logits", self.output.run(x))                # (B, n, V)
         self.snap_derived("probs", ag.softmax, logits, axis=-1)             # (B, n, V)
         if cache is not None:
             cache.start = m

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import ParameterError, ParameterTypeError, is_int, is_number
+from .autograd import softmax_np
+from .checks import ParameterError, ParameterTypeError, check_int, is_int, is_number
 
 __all__ = [
     "ParameterError", "ParameterTypeError", "SamplingConfig", "check_temperature", "check_top_k", "check_top_p",
@@ -134,11 +135,8 @@ def _check_logits(logits) -> tuple[np.ndarray, np.ndarray]:
 
 def model_probs(logits) -> np.ndarray:
     """The model's own next-token distribution ``softmax(logits)`` (T = 1, no filters), float64."""
-    z, peak = _check_logits(logits)                                    # z: a float64 copy, ours to overwrite
-    z -= peak
-    e = np.exp(z, out=z)                                               # (..., V)
-    e /= np.add.reduce(e, axis=-1, keepdims=True)
-    return e
+    z, _ = _check_logits(logits)                                       # float64
+    return softmax_np(z, axis=-1)                                      # (..., V)
 
 
 def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = None,
@@ -166,8 +164,7 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int | None = 
     # 1. softmax(logits / T) over the whole vocabulary. (z - peak) <= 0, so a tiny
     #    T can only overflow toward -inf, and exp(-inf) = 0: the arg-max keeps all the mass.
     with np.errstate(over="ignore"):
-        probs = np.exp((z - peak) / t)                                  # (B, V)
-    probs /= probs.sum(axis=-1, keepdims=True)
+        probs = softmax_np((z - peak) / t, axis=-1)                      # (B, V)
     keep = probs > 0                                                     # (B, V)
 
     # 2. Top-k on the logits (the order does not depend on T): ties with the k-th survive.
@@ -214,10 +211,7 @@ def sample(probs, rng: np.random.Generator, size: int | None = None) -> np.ndarr
         raise ValueError(f"probs must be a (V,) or (B, V) array, got shape {probs.shape}")
     if probs.ndim == 2 and size is not None:
         raise ValueError("size is only for a single (V,) distribution")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer))):
-        raise ParameterTypeError("size", f"must be an int >= 0 or None, got {size!r}")
-    if size is not None and size < 0:
-        raise ValueError(f"size must be an int >= 0 or None, got {size}")
+    size = check_int("size", size, low=0, none=True)
     cdf = np.cumsum(probs, axis=-1)                                      # (..., V)
     total = cdf[..., -1]
     if not (np.isfinite(total).all() and (total > 0).all()) or probs.min() < 0:  # NaN fails every test

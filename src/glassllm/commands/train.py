@@ -41,6 +41,9 @@ _TRAIN_HELP = {
     "grad_clip": "clip gradients to this global L2 norm (0 = off)",
     "repeat_fraction": "share of training windows that repeat one span over and over (teaches copying: induction heads)",
     "repeat_tokens": "what a repeated span is made of: text (a piece of the data) or random (tokens drawn from it)",
+    "doc_start_fraction": "share of training windows that start where a story starts (at <s>; for glassllm's "
+                          "tokenizer at the <|endoftext|> before it or at its first token, half and half) "
+                          "instead of at a random offset, so that stories are seen whole from their beginning",
     "short_steps": "sequence-length warm-up: this many first steps train on windows of --short-seq-len tokens "
                    "(0 = off)",
     "short_seq_len": "tokens per window during the warm-up; the batch grows to keep tokens per step the same",
@@ -80,9 +83,9 @@ def _field_type(default):
 def add_cli(name: str, parser) -> None:
     """Options of ``glassllm train``."""
     parser.description = ("Train a glassllm model from scratch on text files with AdamW, a warm-up + cosine "
-                          "schedule and gradient clipping. The run folder gets model.safetensors (the file "
-                          "to generate with), train_state.safetensors (for --resume), tokenizer.json, "
-                          "loss.csv and loss.png.")
+                          "schedule and gradient clipping, or fine-tune a model file (--init-from). The run "
+                          "folder gets model.safetensors (the file to generate with), train_state.safetensors "
+                          "(for --resume), tokenizer.json, loss.csv and loss.png.")
     io_ = parser.add_argument_group("data and run folder")
     io_.add_argument("--data", nargs="+", metavar="PATH",
                      help="training text: files, folders (their *.txt), 'glassllm:stories' (4,000 "
@@ -96,6 +99,15 @@ def add_cli(name: str, parser) -> None:
     io_.add_argument("--resume", action="store_true",
                      help="continue the run saved in --out from its last save (bit-identical); Ctrl-C saves "
                           "the step it stops at, a crash loses the steps since the last checkpoint")
+    finetune = RECIPES["finetune"]
+    io_.add_argument("--init-from", metavar="MODEL",
+                     help="fine-tune: start from this model file ('bundled' for the bundled model; a file of "
+                          "glassllm import, or a .gguf, llama2.c .bin or Hugging Face folder, imported on the "
+                          "fly), keeping its tokenizer and architecture (--seq-len may exceed its context: "
+                          "the context grows to it). Unless --recipe is given, the schedule is the "
+                          f"'finetune' recipe: {finetune.steps} steps, a linear warm-up over "
+                          f"{finetune.warmup_steps} steps to a peak --lr {finetune.lr:g} (a third of a fresh "
+                          f"run's), cosine down to --min-lr {finetune.min_lr:g}; the options below override it")
     io_.add_argument("--until", type=int, metavar="STEP",
                      help="stop (with a checkpoint) after this step; the schedule still spans --steps")
     io_.add_argument("--tokenizer", metavar="FILE", help="use this tokenizer file instead of training one on --data")
@@ -154,6 +166,9 @@ def _odd_settings(c: TrainConfig, typed: set) -> list[str]:
 
 def run(args) -> int:
     train_opts, model_opts = given_options(args, "train_"), given_options(args, "model_")
+    init_from = getattr(args, "init_from", None)
+    if init_from is not None and args.recipe is None and not args.resume:
+        args.recipe = "finetune"          # the fine-tuning schedule, under the options given
     typed = set(train_opts)               # what the command line itself set (the rest comes from --recipe)
     if args.recipe:                       # the recipe's values, as if given, under the explicit ones
         base, plain = RECIPES[args.recipe].to_dict(), TrainConfig().to_dict()
@@ -164,6 +179,9 @@ def run(args) -> int:
     if args.until is not None and args.until < 1:
         raise ValueError(f"--until must be a step >= 1, got {args.until}")
     if args.resume:
+        if init_from is not None:
+            raise ValueError(f"--init-from {init_from} starts a new run; a resumed run continues from the "
+                             f"weights saved in {str(args.out)!r}")
         if args.tokenizer:
             raise ValueError(f"--tokenizer {args.tokenizer} cannot change a resumed run: it keeps the tokenizer.json "
                              f"in {str(args.out)!r}")
@@ -201,8 +219,12 @@ def run(args) -> int:
                           refs=e.refs) from None
         for note in _odd_settings(config, typed):                        # allowed, but rarely meant
             print(f"glassllm train: note: {note}", file=sys.stderr)
-        tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
-        if tokenizer is not None:
+        init = None
+        if init_from is not None:
+            init, tokenizer, model_opts = _init_model(init_from, args, config, model_opts)
+        else:
+            tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
+        if tokenizer is not None and init is None:
             if "vocab_size" in model_opts and model_opts["vocab_size"] != tokenizer.vocab_size:
                 raise ValueError(f"--vocab-size {model_opts['vocab_size']} differs from the tokenizer's "
                                  f"{tokenizer.vocab_size} ids")
@@ -213,7 +235,7 @@ def run(args) -> int:
         fresh = not Path(args.out).exists()
         lock = lock_run_folder(args.out)                               # held until this process ends
         with removed_on_failure(args.out if fresh else None):
-            trainer = _new_trainer(args, config, model_config, tokenizer, progress)
+            trainer = _new_trainer(args, config, model_config, tokenizer, progress, init)
         trainer.log(f"training {trainer.model.num_params():,} parameters on {len(trainer.train_ids):,} tokens "
                      f"for {config.steps} steps of {config.tokens_per_step:,} tokens -> {args.out}")
     with blas_threads(args.threads):
@@ -228,6 +250,34 @@ def run(args) -> int:
     return 0
 
 
+def _init_model(spec: str, args, config: TrainConfig, model_opts: dict):
+    """``(weights, tokenizer, model options)`` of ``--init-from spec``: its parameters, its tokenizer, and its
+    architecture (its context grown to ``--seq-len`` if that is longer)."""
+    from .. import checkpoint
+    from ..importer import load_source
+
+    if args.tokenizer:
+        raise ValueError(f"--tokenizer {args.tokenizer} cannot be used with --init-from: the model keeps its "
+                         "own tokenizer")
+    changed = sorted(k for k in model_opts if k != "max_seq_len")
+    if changed:
+        flag = "--" + changed[0].replace("_", "-")
+        raise ValueError(f"{flag} cannot change the architecture of --init-from {spec}: fine-tuning keeps it "
+                         "(only --max-seq-len, the context, may grow)")
+    path = checkpoint.bundled_model_path() if spec == "bundled" else Path(spec)
+    if not path.exists():
+        raise ValueError(f"--init-from {spec!r} does not exist; expected a model file, 'bundled', a .gguf, a "
+                         "llama2.c .bin or a Hugging Face folder")
+    if checkpoint.is_model_file(path):
+        model, tokenizer, _ = checkpoint.load_model(path)
+    else:
+        model, tokenizer, _, _ = load_source(path)
+    context = max(model.config.max_seq_len, config.seq_len, model_opts.get("max_seq_len", 0))
+    opts = {**model.config.to_dict(), "max_seq_len": context}
+    args.init_label = str(path) if spec != "bundled" else "bundled"
+    return {k: p.data for k, p in model.named_parameters()}, tokenizer, opts
+
+
 def default_data(args) -> None:
     """A new run given no ``--data`` trains on the stories that ship with glassllm (no network needed),
     and holds out the shipped held-out stories unless ``--valid`` is given."""
@@ -238,7 +288,7 @@ def default_data(args) -> None:
         args.valid = [DEFAULT_VALID]
 
 
-def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trainer":
+def _new_trainer(args, config, model_config, tokenizer, progress: bool, init=None) -> "Trainer":
     """The Trainer of a new run in ``args.out`` (whose lock the caller holds), after the folder's checks."""
     if (Path(args.out) / "train_state.safetensors").exists():
         raise ValueError(f"{str(args.out)!r} already holds a run; add --resume to continue it "
@@ -257,7 +307,7 @@ def _new_trainer(args, config, model_config, tokenizer, progress: bool) -> "Trai
     command = shlex.join(args.command_line)
     with blas_threads(args.threads):
         return Trainer(config, model_config, train_files, args.out, valid_files, tokenizer,
-                       args.cache_dir, command, progress)
+                       args.cache_dir, command, progress, init, getattr(args, "init_label", ""))
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .. import kernels
 from ..nn import causal_mask
 from ..sampling import sampling_distribution
 from ..trace import Tracer, registry
@@ -225,6 +226,11 @@ class Inspector:
         ids = self.encode(req.prompt)
         return {"ids": ids, "pieces": [self._vocab[i] for i in ids]}
 
+    def check_pass(self, prompt: str) -> None:
+        """Encode ``prompt`` and run its pass (cached): a bad prompt, or a model whose pass is not finite,
+        raises the ValueError line the server answers with."""
+        self._prompt_run(self.encode(prompt), None, None, True)
+
     # ------------------------------------------------------------------ logit lens, attribution
     def lens(self, req: PromptRequest) -> dict:
         """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's
@@ -399,6 +405,7 @@ class Inspector:
         run = self._run_for(ids, req.step, None, None, False)
         out = {"step": req.step, "position": len(run.ids) - 1, "m": len(run.ids), "start": run.start,
                "tokens": [self._vocab[i] for i in run.ids], "ids": run.ids,
+               "paths": kernels.summary(run.trace.steps[run.step].paths),
                **self._distribution(run.logits, req)}
         if req.step:
             out["fed"] = {"id": run.ids[-1], "piece": self._vocab[run.ids[-1]]}

@@ -47,7 +47,7 @@ from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error, request_key,
 )
-from .server import read_assets
+from .assets import read_assets
 
 ValidationError = require("pydantic", "the inspector").ValidationError
 
@@ -109,8 +109,7 @@ def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, 
 
     tokens = PromptRequest(prompt=prompt)
     put("tokens", inspector.tokens, tokens)
-    inspector.encode(prompt)  # a bad prompt fails here, with the server's message
-    inspector.next_token(NextRequest(prompt=prompt))   # and a model whose pass is not finite, with generate's
+    inspector.check_pass(prompt)  # a bad prompt, or a pass that is not finite, fails here with the server's line
 
     if inspector.timeline is not None:                 # the Training tab: the run's probe history
         out[request_key("timeline", TimelineRequest())] = inspector.timeline_view()

@@ -37,6 +37,7 @@ import os
 import numpy as np
 
 from ..checkpoint import atomic_write
+from ..checks import check_int
 from ..nn import causal_mask
 from ..optional import require
 from ..trace import trace as run_trace
@@ -144,8 +145,7 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     model, tokenizer, meta = _model_and_tokenizer(model, tokenizer)
     inspector = (Inspector if interventions else _NoInterventions)(model, tokenizer, meta=meta)
     limit = inspector.limits.max_new_tokens
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= limit:
-        raise ValueError(f"steps must be an int in [0, {limit}], got {steps!r}")
+    steps = check_int("steps", steps, low=0, high=limit)
     names = _check_names(names, inspector.local_names())
     inspector.encode(prompt)                               # too long: the inspector's own message
     responses = build_responses(inspector, prompt, steps)
@@ -226,6 +226,9 @@ class _Recorded(Inspector):
 
     def encode(self, prompt: str) -> list[int]:
         return list(self.ids)
+
+    def check_pass(self, prompt: str) -> None:
+        self.encode(prompt)                                  # the recorded pass was checked when it was made
 
     def next_token(self, req):
         if self.run.logits is None:

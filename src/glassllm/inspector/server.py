@@ -42,7 +42,6 @@ import asyncio
 import json
 import logging
 import threading
-from importlib import resources
 from urllib.parse import urlencode
 
 from ..optional import require
@@ -55,7 +54,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from ..heap import release_freed_memory, resident_bytes
-from ..trace import colors
+from .assets import ASSETS, read_assets
 from .auth import Access, is_loopback, own_hosts, same_origin_path
 from .data import Inspector
 from .pool import Busy, Limited, RateLimiter, WorkPool
@@ -66,10 +65,6 @@ from .schema import (
 
 __all__ = ["create_app", "read_assets", "is_loopback", "Server", "Access"]
 
-log = logging.getLogger("glassllm.inspector")
-
-ASSETS = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-          "style.css": "text/css; charset=utf-8"}
 MAX_BODY_BYTES = 256 * 1024
 BODY_TIMEOUT_S = 10.0  # to receive a declared body, at most 256 KB, once its headers have arrived
 HEAD_TIMEOUT_S = 10.0  # to receive a request's line and headers, on a new or kept-alive connection
@@ -84,21 +79,7 @@ UNAUTHORIZED_PAGE = """<!doctype html>
 <code>?token=</code> followed by the token.</p></body></html>
 """
 
-
-def read_assets() -> dict[str, str]:
-    """The page's three files, read from the installed package.
-
-    index.html gets the colour maps and hatching of :mod:`glassllm.trace.colors`
-    as ``<script id="glass-colors" type="application/json">``, which app.js reads:
-    the page, ``Trace.plot`` and the notebooks draw from the same definitions.
-    """
-    folder = resources.files("glassllm.inspector") / "static"
-    assets = {name: (folder / name).read_text(encoding="utf-8") for name in ASSETS}
-    tag = '<script src="app.js"></script>'
-    assert assets["index.html"].count(tag) == 1, "index.html lost its script tag"
-    palette = f'<script id="glass-colors" type="application/json">{colors.page_json()}</script>\n'
-    assets["index.html"] = assets["index.html"].replace(tag, palette + tag)
-    return assets
+log = logging.getLogger("glassllm.inspector")
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -22,9 +22,13 @@ kernel                       replaces                  serves                   
 
 How a path is chosen: at the start of every forward the model asks the
 dispatcher (:mod:`.dispatch`) once which layers may run a kernel, given the
-shapes and the snapshots an attached tracer wants. A traced name always runs
-the reference. ``generate`` asks before each step whether the lean decoder
-may run it.
+shapes and the snapshots an attached tracer wants, and the dispatcher sets each
+layer's public ``kernel`` attribute; the model calls its layers through
+:meth:`glassllm.nn.Module.run`, which runs that kernel or else the layer's
+reference ``__call__``. A traced name always runs the reference. ``generate``
+asks before each step whether the lean decoder may run it.
+``kernels.plan(model, n=16)`` prints the choice for any shapes, with the
+reasons (:mod:`.paths`); a trace records the paths taken (``trace.paths``).
 
 Switching kernels off gives the reference path everywhere, with the same
 results to float rounding::
@@ -45,14 +49,16 @@ from . import dense, flash, mlp, norm
 from . import decode
 from .decode import FastDecoder
 from .dense import ATTENTION_INNER, attention
-from .dispatch import chosen, disabled, is_enabled, lean_decoding, slots
+from .dispatch import choose, chosen, disabled, is_enabled, lean_decoding, slots
 from .flash import FLASH_MIN_QUERIES, flash_attention, self_attention
 from .norm import rms_norm
+from .paths import Plan, plan, summary
 from .registry import KERNELS, Kernel, kernels_for, register
 from .mlp import swiglu
 
 __all__ = [
-    "Kernel", "KERNELS", "register", "kernels_for", "disabled", "is_enabled", "chosen", "slots", "lean_decoding",
+    "Kernel", "KERNELS", "register", "kernels_for", "disabled", "is_enabled", "choose", "chosen", "slots",
+    "lean_decoding", "plan", "Plan", "summary",
     "attention", "flash_attention", "self_attention", "rms_norm", "swiglu", "FastDecoder", "FLASH_MIN_QUERIES",
 ]
 
@@ -69,11 +75,11 @@ def _long_uncached(n, m, cache):
 register(Kernel(
     name="tiled_self_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
     reference="glassllm.nn.Attention.__call__", run=flash.tiled_self_attention, applies=_long_uncached,
-    doc="wq|wk|wv as one GEMM; RoPE and exact tiled attention (online softmax) in one op; no (n, m) matrix"))
+    serves=f"n >= {FLASH_MIN_QUERIES} new queries, no cache", doc="wq|wk|wv as one GEMM; RoPE and exact tiled attention (online softmax) in one op; no (n, m) matrix"))
 register(Kernel(
     name="tiled_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
     reference="glassllm.nn.Attention.__call__", run=flash.tiled_attention, applies=_long,
-    doc="steps 1-3 fused, then exact tiled attention after a KV cache; no (n, m) matrix"))
+    serves=f"n >= {FLASH_MIN_QUERIES} new queries", doc="steps 1-3 fused, then exact tiled attention after a KV cache; no (n, m) matrix"))
 register(Kernel(
     name="fused_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
     reference="glassllm.nn.Attention.__call__", run=dense.fused_attention,
@@ -89,6 +95,6 @@ register(Kernel(
 register(Kernel(
     name="fast_decode", replaces="glassllm.nn.Transformer", skips=("*",),
     reference="glassllm.nn.Transformer.__call__ (the last position's logits)", run=decode.FastDecoder,
-    applies=lambda n, m, cache: cache is not None,
+    applies=lambda n, m, cache: cache is not None, serves="decoding steps with a cache",
     doc="plain NumPy decoding steps: packed weights, norm gains folded in, RoPE as a matmul; no autograd, "
         "no snapshots. generate() builds it and asks lean_decoding() before each step"))

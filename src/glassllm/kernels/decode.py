@@ -45,7 +45,8 @@ import math
 
 import numpy as np
 
-from ..autograd import no_grad
+from ..autograd import no_grad, softmax_inplace
+from ..positions import positions
 from .dense import forbidden
 from .flash import FLASH_MIN_QUERIES
 
@@ -144,8 +145,7 @@ class FastDecoder:
             rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
             mask = forbidden(n, m, start, None) if n > 1 else None          # (1, n, m); one query sees all
         else:
-            positions = np.maximum(np.arange(start, m)[None, :] - pad[:, None], 0)  # (B, n)
-            rot = self._rotations(m)[positions.reshape(-1)][:, None]        # (N, 1, D, D)
+            rot = self._rotations(m)[positions(start, m, pad).reshape(-1)][:, None]  # (N, 1, D, D)
             mask = forbidden(n, m, start, pad)                              # (B, n, m)
         if mask is not None:
             mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
@@ -172,16 +172,7 @@ class FastDecoder:
                 s = s.reshape(B, G, r, n, m)                                # (B, G, r, n, m)
                 s[np.broadcast_to(mask, s.shape)] = -np.inf
                 s = s.reshape(B, G, r * n, m)                               # (B, G, r*n, m)
-                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
-                peak[np.isneginf(peak)] = 0.0                               # a fully masked (padding) row
-            else:
-                peak = s.max(axis=-1, keepdims=True)                        # (B, G, r*n, 1)
-            s -= peak
-            np.exp(s, out=s)
-            total = np.add.reduce(s, axis=-1, keepdims=True)                # (B, G, r*n, 1)
-            if mask is not None:
-                total[total == 0] = 1.0                                     # padding rows stay all zero
-            s /= total                                                      # softmax, (B, G, r*n, m)
+            softmax_inplace(s)                                              # (B, G, r*n, m); padding rows: 0
             mix = s @ values                                                # (B, G, r*n, D)
             if n == 1:
                 heads = mix.reshape(B, H * D)                               # (N, H*D)

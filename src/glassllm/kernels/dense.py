@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import autograd as ag
 from ..autograd import Tensor
+from ..positions import causal_mask
 
 __all__ = ["attention", "forbidden", "project_rotate_cache", "fused_attention", "ATTENTION_INNER"]
 
@@ -90,12 +91,10 @@ def attention(q, k, v, mask: np.ndarray | None, scale: float) -> Tensor:
 
 
 def forbidden(n: int, m: int, start: int, pad: np.ndarray | None) -> np.ndarray:
-    """The reference's mask, (1 or B, n, m) bool, True = forbidden: ``glassllm.nn.causal_mask(n, m, start)``
-    (key j is in query i's future when j > start + i), plus the keys before ``pad[b]`` in row b."""
-    mask = (np.arange(m)[None, :] > (start + np.arange(n))[:, None])[None]          # (1, n, m)
-    if pad is not None:
-        mask = mask | (np.arange(m)[None, None, :] < pad[:, None, None])           # (B, n, m)
-    return mask
+    """The reference's mask with a leading batch axis, (1 or B, n, m) bool, True = forbidden:
+    :func:`glassllm.positions.causal_mask` (which ``glassllm.nn.causal_mask`` is)."""
+    mask = causal_mask(n, m, start, pad)
+    return mask if pad is not None else mask[None]                      # (1|B, n, m)
 
 
 def project_rotate_cache(attn, x: Tensor, rope, cache, start: int):

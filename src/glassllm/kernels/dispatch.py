@@ -9,9 +9,12 @@
 3. skips no snapshot that a tracer attached to the layer wants (a traced name
    always runs the reference);
 
-or none, and then the layer runs its own ``__call__``, the reference. When the
+or none, and then the layer runs its own ``__call__``, the reference. The
+choice is the layer's public ``kernel`` attribute, read in one place,
+:meth:`glassllm.nn.Module.run` (the model runs its layers through it). When the
 forward ends, every layer is back on its reference, so a layer called on its
-own (outside a model's forward) always runs the spec.
+own (outside a model's forward) always runs the spec. :func:`glassllm.kernels.plan`
+prints the choice, with the reasons, for any shapes.
 
 Decoding with :func:`glassllm.generate.generate` asks :func:`lean_decoding`
 before each step whether the lean decoder (:mod:`glassllm.kernels.decode`) may
@@ -36,7 +39,7 @@ from contextlib import contextmanager
 
 from .registry import KERNELS, Kernel, kernels_for
 
-__all__ = ["disabled", "is_enabled", "slots", "chosen", "lean_decoding"]
+__all__ = ["disabled", "is_enabled", "slots", "choose", "chosen", "lean_decoding"]
 
 # Names switched off by the active disabled() blocks; ALL stands for every kernel.
 ALL = "*"
@@ -79,35 +82,62 @@ def slots(modules) -> tuple:
     return tuple(out)
 
 
-def _choose(module, options: tuple[Kernel, ...], n: int, m: int, cache) -> Kernel | None:
+def choose(module, options: tuple[Kernel, ...], n: int, m: int, cache, wants=None,
+           reasons: list | None = None) -> Kernel | None:
+    """The first of ``options`` that runs ``module`` in a forward of n new queries against m keys, or
+    None: the reference runs.
+
+    A kernel runs when it is switched on, serves the shapes (``kernel.applies``) and skips no snapshot
+    that ``wants(full names)`` asks for (default: the tracer attached to the layer, if any). Given a list
+    ``reasons``, each kernel passed over adds one line saying why.
+    """
+    if wants is None:
+        wants = None if module.tracer is None else module.tracer.wants
     for kernel in options:
-        if not is_enabled(kernel.name) or not kernel.applies(n, m, cache):
-            continue
-        if module._tracer is not None and module.tracing(*kernel.skips):
-            continue                        # a traced name runs the reference
-        return kernel
+        if not is_enabled(kernel.name):
+            why = "switched off"
+        elif not kernel.applies(n, m, cache):
+            why = f"only {kernel.serves}"
+        else:
+            traced = None if wants is None else _traced(module, kernel, wants)
+            if traced is None:
+                return kernel
+            why = f"skips {traced}, which is traced"
+        if reasons is not None:
+            reasons.append(f"{kernel.name}: {why}")
     return None
+
+
+def _traced(module, kernel: Kernel, wants) -> str | None:
+    """The first snapshot that ``kernel`` skips and ``wants`` asks for (local name), or None."""
+    if not kernel.skips or not wants([module.prefix + s for s in kernel.skips]):
+        return None
+    return next((s for s in kernel.skips if wants([module.prefix + s])), kernel.skips[0])
 
 
 @contextmanager
 def chosen(layer_slots, *, n: int, m: int, cache):
     """Within the block (one forward of n new queries against m keys), each layer of
-    ``layer_slots`` (from :func:`slots`) runs its chosen kernel; yields {layer: Kernel}."""
+    ``layer_slots`` (from :func:`slots`) runs its chosen kernel; yields {layer: Kernel}.
+
+    The choice goes into each layer's public ``kernel`` attribute, which
+    :meth:`glassllm.nn.Module.run` reads; after the block every layer is back on its reference.
+    """
     plan = {}
     if not any(ALL in s for s in _off):
         for module, options in layer_slots:
-            kernel = _choose(module, options, n, m, cache)
+            kernel = choose(module, options, n, m, cache)
             if kernel is not None:
-                module._kernel = kernel.run
+                module.kernel = kernel
                 plan[module] = kernel
     try:
         yield plan
     finally:
         for module in plan:
-            module._kernel = None
+            module.kernel = None
 
 
 def lean_decoding(model) -> bool:
     """May the lean decoder run a decoding step of ``model``? Only when it is switched on and no
     tracer is attached (a tracer sees every step of the model's own forward)."""
-    return is_enabled("fast_decode") and model._tracer is None
+    return is_enabled("fast_decode") and model.tracer is None

@@ -14,13 +14,16 @@ numbers (to float rounding) with fewer, bigger operations. Each kernel is one
 - ``reference``: what ``tests/test_kernels.py`` compares it with, values and
   gradients, on the same inputs;
 - ``applies``: the shapes it serves, ``applies(n, m, cache) -> bool`` for n new
-  queries against m keys, with or without a KV cache;
+  queries against m keys, with or without a KV cache; ``serves`` says the same
+  in words, for :func:`glassllm.kernels.plan`;
 - ``run``: the function, called as ``run(layer, *args)`` with the layer's own
   ``__call__`` arguments (for ``fast_decode``, which replaces the whole
   decoder's steps: the class, built as ``run(model)``).
 
 When several kernels replace one layer, the first registered that applies
-wins. :mod:`glassllm.kernels.dispatch` makes the choice, once per forward.
+wins. :mod:`glassllm.kernels.dispatch` makes the choice, once per forward, and
+puts it in the layer's public ``kernel`` attribute, which
+:meth:`glassllm.nn.Module.run` reads; :func:`glassllm.kernels.plan` shows it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Kernel:
     run: Callable
     applies: Callable = lambda n, m, cache: True          # noqa: E731 -- every shape by default
     doc: str = ""
+    serves: str = "every shape"
 
     def __post_init__(self):
         if not self.name or not self.replaces.count("."):

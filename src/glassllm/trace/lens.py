@@ -181,8 +181,7 @@ def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0)
         for lo in range(0, n, rows):
             logits = _unembed(model, x[lo:lo + rows])                   # (r, V)
             top[s, lo:lo + rows] = logits.argmax(axis=-1)
-            shifted = logits - logits.max(axis=-1, keepdims=True)
-            prob[s, lo:lo + rows] = 1.0 / np.exp(shifted).sum(axis=-1, dtype=np.float64)  # p of the top token
+            prob[s, lo:lo + rows] = np.exp(logits.max(axis=-1) - ag.logsumexp_np(logits, axis=-1))  # p of the top
     dims, labels = ("stream", "position"), [names, _position_labels(t.tokens, n, tokenizer)]
     return (Labelled(top, dims, labels, "logit lens: top token"),
             Labelled(prob, dims, labels, "logit lens: its probability"))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import viewers
 from ..config import ModelConfig
 from .files import manifest_of, read_trace_file, save_trace
 from .names import to_transformer_lens, transformer_lens_name
@@ -28,6 +29,9 @@ class Step:
     carry no meaning (a padded query reads nothing: its ``attn.softmax`` row
     is all zeros). ``n``, ``start`` and ``m`` count the padding; the row's
     own text starts at position ``pad``. 0 when nothing is padded.
+    ``paths``: which path each layer that a kernel may replace took in this
+    forward, {layer name: kernel name or ``"reference"}``} (a layer whose
+    snapshots were recorded ran its reference); empty for a trace read from a file.
     """
 
     index: int
@@ -38,6 +42,7 @@ class Step:
     values: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)
     pad: int = 0
+    paths: dict = field(default_factory=dict)
 
 
 class Trace(Mapping):
@@ -115,6 +120,15 @@ class Trace(Mapping):
     def pad(self) -> int:
         """How many positions at the start of the kept row are left padding (see :class:`Step`)."""
         return self.steps[0].pad if self.steps else 0
+
+    @property
+    def paths(self) -> dict:
+        """Which path each layer took in the first forward: {layer name: kernel name or "reference"}.
+
+        A layer whose snapshots were recorded ran its reference code; the others may have run a kernel
+        (:func:`glassllm.kernels.plan` says which and why). Each step keeps its own, ``steps[i].paths``.
+        """
+        return dict(self.steps[0].paths) if self.steps else {}
 
     def name(self, name: str, layer=None) -> str:
         """The full name of ``name`` (with ``layer`` for a layer-local name); ValueError if unknown."""
@@ -249,14 +263,13 @@ class Trace(Mapping):
 
         Returns a display object that Jupyter renders inline (the inspector's
         offline page in a frame: no server, no network); ``tokenizer`` labels the
-        tokens. See :mod:`glassllm.inspector.notebook` (needs ``glassllm-numpy[app]``).
+        tokens. The same as ``glassllm.inspector.show(trace, tokenizer=tokenizer)``; see
+        :mod:`glassllm.inspector.notebook` (needs ``glassllm-numpy[app]``).
         """
-        # A call up into the application layer (the inspector, which itself builds on the tracer), looked up
-        # when called: the tracer does not import the inspector.
-        import importlib
-
         tokenizer = self.tokenizer if tokenizer is None else tokenizer
-        return importlib.import_module("glassllm.inspector.notebook").show_trace(self, tokenizer, height=height)
+        # The trace layer does not import the inspector (which builds on it): the viewer is the one the
+        # package registered (glassllm.viewers), glassllm.inspector.show(trace).
+        return viewers.trace_viewer()(self, tokenizer, height=height)
 
     def shape(self, name: str, layer=None, step=None) -> tuple:
         full = self.name(name, layer)

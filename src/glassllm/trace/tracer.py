@@ -1,7 +1,8 @@
 """The :class:`Tracer`: records snapshots (and their gradients) while the model runs.
 
 The model calls three methods on an attached tracer (see :mod:`glassllm.nn`):
-``begin_forward(n=, m=, start=, tokens=, pad=)`` at the start of every forward,
+``begin_forward(n=, m=, start=, tokens=, pad=, paths=)`` at the start of every forward
+(``paths``: which layers run a kernel and which their reference),
 ``wants(names)`` to decide whether a layer must run its reference code instead of a kernel, and
 ``record(name, t)``, whose return value flows on downstream -- which is how
 interventions replace a snapshot.
@@ -82,10 +83,11 @@ class Tracer:
         self._edited = None                            # (step, intervention) of this forward's last change
 
     # -- the protocol the model calls -----------------------------------------
-    def begin_forward(self, n: int, m: int, start: int, tokens, pad=None) -> None:
+    def begin_forward(self, n: int, m: int, start: int, tokens, pad=None, paths=None) -> None:
         """A forward of n new tokens against m keys begins: open a new step.
 
         ``pad`` (B,): each row's left padding, when a batch holds prompts of different lengths.
+        ``paths``: {layer name: the kernel it runs, or "reference"}, kept as the step's ``paths``.
         """
         tokens = np.asarray(tokens)
         if self.batch >= tokens.shape[0]:
@@ -97,7 +99,8 @@ class Tracer:
             raise ValueError(f"the model's dtype changed from {self._model_dtype} to {dtype} while it was traced; "
                              "use one Tracer per dtype")
         row_pad = 0 if pad is None else int(pad[self.batch])
-        self.steps.append(Step(len(self.steps), int(n), int(m), int(start), tokens[self.batch].copy(), pad=row_pad))
+        self.steps.append(Step(len(self.steps), int(n), int(m), int(start), tokens[self.batch].copy(), pad=row_pad,
+                               paths=dict(paths or {})))
 
     def wants(self, names) -> bool:
         """Does any of these full names need to be seen (recorded or edited)?"""
@@ -147,7 +150,7 @@ class Tracer:
 
     # -- context manager --------------------------------------------------------
     def __enter__(self) -> "Tracer":
-        if getattr(self.model, "_tracer", None) is not None:
+        if self.model.tracer is not None:
             raise ValueError("this model already has a tracer attached; exit that one's with-block first")
         self.model.set_tracer(self)
         return self

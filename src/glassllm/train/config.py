@@ -54,6 +54,7 @@ class TrainConfig(JsonConfig):
     grad_clip: float = 1.0       # max global gradient norm; 0 = no clipping
     repeat_fraction: float = 0.0 # share of windows that are one span of tokens, repeated
     repeat_tokens: str = "text"  # the span: "text" (a piece of the data) or "random" (tokens drawn from it)
+    doc_start_fraction: float = 0.0  # share of text windows that start at a document's start token (a whole story in view)
     short_steps: int = 0         # sequence-length warm-up: the first steps train on shorter windows ...
     short_seq_len: int = 64      # ... of this many tokens, batch_size * seq_len / short_seq_len of them
     short_repeat_fraction: float = -1.0  # repeat_fraction during those first steps; -1: the same as repeat_fraction
@@ -79,7 +80,7 @@ class TrainConfig(JsonConfig):
             if problem:                                          # glassllm.limits
                 raise ParameterError(name, problem, owner="TrainConfig")
         for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "repeat_fraction",
-                     "short_repeat_fraction"):
+                     "short_repeat_fraction", "doc_start_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ParameterTypeError(name, f"must be a finite number, got {value!r}", owner="TrainConfig")
@@ -100,6 +101,9 @@ class TrainConfig(JsonConfig):
             raise ParameterError(bad, f"must be >= 0, got {getattr(self, bad)}", owner="TrainConfig")
         if not 0 <= self.repeat_fraction <= 1:
             raise ParameterError("repeat_fraction", f"must be in [0, 1], got {self.repeat_fraction}", owner="TrainConfig")
+        if not 0 <= self.doc_start_fraction <= 1:
+            raise ParameterError("doc_start_fraction", f"must be in [0, 1], got {self.doc_start_fraction}",
+                                 owner="TrainConfig")
         if not (0 <= self.short_repeat_fraction <= 1 or self.short_repeat_fraction == -1):
             raise ParameterError("short_repeat_fraction", f"must be in [0, 1] (or -1: the same as {{repeat_fraction}}), "
                                  f"got {self.short_repeat_fraction}", owner="TrainConfig", refs=("repeat_fraction",))
@@ -170,6 +174,9 @@ RECIPES = {
     "default": TrainConfig(),
     "bundled": TrainConfig(steps=12000, repeat_fraction=0.15, short_repeat_fraction=0.5, repeat_tokens="random",
                            short_steps=1000, short_seq_len=32, eval_every=500),
+    # Fine-tuning a model file (glassllm train --init-from): a short warm-up, a peak a third of a
+    # fresh run's, cosine down to a tenth of it.
+    "finetune": TrainConfig(steps=1000, lr=1e-3, min_lr=1e-4, warmup_steps=20, eval_every=100),
     # A classroom run: a few minutes on a laptop, already story-shaped text.
     "class": TrainConfig(steps=800, batch_size=16, seq_len=128, lr=4e-3, eval_every=200, checkpoint_every=100,
                          timeline_points=24, workers=2),

@@ -1,17 +1,26 @@
-"""Held-out loss, perplexity and bits per byte.
+"""Held-out loss, perplexity and bits per byte, over windows or document by document.
 
 :func:`evaluate` cuts the token stream of the held-out text into
 non-overlapping windows: window i reads ids[iT : iT+T] and predicts
 ids[iT+1 : iT+T+1] (the last window may be shorter), so every token but the
-first is predicted exactly once, each from at most T tokens of context. Under
+first is predicted exactly once, each from at most T tokens of context.
+:func:`evaluate_documents` scores each document alone instead, from its start
+token, as the model reads a story it writes: every position counts from the
+story's beginning, and the loss is also reported by position band, so a model
+that fails past the length it was trained on shows it at once. Under
 ``no_grad``, in float64 log-softmax::
 
     loss        = nats / tokens            (mean nats per predicted token)
     perplexity  = exp(loss)
-    bits/byte   = nats / (ln 2 * bytes)    bytes = UTF-8 bytes of the predicted tokens' text
+    bits/byte   = nats / (ln 2 * bytes)    bytes = UTF-8 bytes of the documents' text
+                                                   that the predicted tokens carry
 
-Bits per byte divides by the length of the text rather than the number of
-tokens, so models with different tokenizers can be compared.
+The bytes are counted the same way for every tokenizer (:func:`text_bytes`):
+what separates documents is not text of theirs, so ``<s>``, ``<|endoftext|>``
+and the newline either side of an ``<|endoftext|>`` (the separator line
+``\n<|endoftext|>\n`` of a story file) count 0 bytes, while predicting them
+still costs nats. Bits per byte divides by the length of the text rather than
+the number of tokens, so models with different tokenizers can be compared.
 """
 
 from __future__ import annotations
@@ -21,11 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autograd import no_grad
+from ..autograd import logsumexp_np, no_grad
 from ..checks import ParameterError
 from ..nn import Transformer
 
-__all__ = ["EvalResult", "evaluate", "evaluate_text"]
+__all__ = ["EvalResult", "DocumentEval", "BANDS", "evaluate", "evaluate_text", "evaluate_documents", "text_bytes",
+           "start_context", "document_ids"]
+
+BANDS = ((0, 127), (128, 255), (256, 383), (384, 511))   # position bands of the per-document loss (inclusive)
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,7 @@ class EvalResult:
     bits_per_byte: float  # nats / (ln 2 * bytes)
     nats: float           # summed over predicted tokens
     tokens: int           # predicted tokens
-    bytes: int            # UTF-8 bytes of the predicted tokens' text
+    bytes: int            # UTF-8 bytes of the documents' text that the predicted tokens carry
     windows: int
 
     def line(self) -> str:
@@ -88,7 +100,7 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
         raise ValueError(f"the model's loss on this text is {nats} (not finite): its numbers overflow; "
                          "check the model file (glassllm.train.find_non_finite names the first bad snapshot)")
     tokens = end - 1
-    n_bytes = len(tokenizer.decode_bytes(np.asarray(ids[1:end], dtype=np.int64)))
+    n_bytes = int(text_bytes(tokenizer, np.asarray(ids[:end], dtype=np.int64))[1:].sum())
     loss = nats / tokens
     perplexity = math.exp(loss) if loss < 709.0 else math.inf   # e^709 is near float64's largest number
     return EvalResult(loss=loss, perplexity=perplexity, bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)),
@@ -97,14 +109,191 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
 
 def _nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> float:
     """Summed negative log-likelihood of targets ``y`` (B, T), in float64."""
+    return float(_token_nats(model, x, y).sum())
+
+
+def _token_nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Negative log-likelihood of each target of ``y`` (B, T), in float64: (B, T)."""
     z = model(x).data.astype(np.float64)                                # (B, T, V)
-    peak = z.max(axis=-1, keepdims=True)
-    lse = np.log(np.exp(z - peak).sum(axis=-1)) + peak[..., 0]           # (B, T)
+    lse = logsumexp_np(z, axis=-1)                                      # (B, T)
     picked = np.take_along_axis(z, y[..., None], axis=-1)[..., 0]        # (B, T)
-    return float((lse - picked).sum())
+    return lse - picked
 
 
 def evaluate_text(model: Transformer, tokenizer, text_or_paths, seq_len: int = 256,
-                  batch_size: int = 16) -> EvalResult:
-    """:func:`evaluate` on text (a str, a path, or a list of them) encoded with ``encode_corpus``."""
-    return evaluate(model, tokenizer.encode_corpus(text_or_paths), tokenizer, seq_len, batch_size)
+                  batch_size: int = 16, from_start: bool = False) -> EvalResult:
+    """:func:`evaluate` on text (a str, a path, or a list of them) encoded with ``encode_corpus``.
+
+    ``from_start``: read the text after the tokenizer's :func:`start_context` (when it does not
+    already begin so), so that every byte of the first document is predicted too.
+    """
+    ids = np.asarray(tokenizer.encode_corpus(text_or_paths), dtype=np.int64)
+    head = start_context(tokenizer)
+    if from_start and head and ids[:len(head)].tolist() != head[:len(ids)]:
+        ids = np.concatenate([np.array(head, dtype=np.int64), ids])
+    return evaluate(model, ids, tokenizer, seq_len, batch_size)
+
+
+# ----------------------------------------------------------------------------
+# Documents and their bytes
+# ----------------------------------------------------------------------------
+
+def start_context(tokenizer) -> list[int]:
+    """What the model reads before a document starts: ``[<s>]`` for a tokenizer that puts it first;
+    for glassllm's tokenizer ``<|endoftext|>`` and the newline after it, as in a story file; else []."""
+    from ..data import doc_start_id
+
+    start = doc_start_id(tokenizer)
+    if start is None:
+        return []
+    if getattr(tokenizer, "bos_id", None) is not None:
+        return [start]
+    return [start] + [int(i) for i in tokenizer.encode("\n")]
+
+
+def text_bytes(tokenizer, ids) -> np.ndarray:
+    """For each id of a token sequence, the UTF-8 bytes of document text it carries (int64 array).
+
+    Special tokens (``<s>``, ``</s>``, ``<|endoftext|>``) carry none, nor does the newline
+    right before or after an ``<|endoftext|>`` (the story file's separator line); every other
+    byte a token decodes to is the documents' own. For a SentencePiece tokenizer a token's
+    bytes depend on the one before it (the dummy prefix), so the sequence is read in order.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    specials = np.array(sorted(set(tokenizer.special_tokens.values())), dtype=np.int64)
+    if getattr(tokenizer, "bos_id", None) is not None or not hasattr(tokenizer, "eot_id"):
+        out = np.zeros(len(ids), dtype=np.int64)
+        prev = None
+        for k, i in enumerate(ids.tolist()):
+            out[k] = len(tokenizer.token_bytes(i, prev))
+            prev = i
+        out[np.isin(ids, specials)] = 0
+        return out
+    table = _byte_table(tokenizer)
+    out = table[ids].copy()
+    out[np.isin(ids, specials)] = 0
+    eot = tokenizer.special_tokens.get("<|endoftext|>")
+    if eot is not None and len(ids) > 1:
+        nl_end, nl_start = _newline_ends(tokenizer)
+        at = ids == eot
+        before = np.flatnonzero(at[1:])                               # ids[k] right before an <|endoftext|>
+        before = before[~at[before]]
+        out[before] -= nl_end[ids[before]]
+        after = np.flatnonzero(at[:-1]) + 1                           # ids[k] right after one
+        after = after[~at[after]]
+        out[after] -= nl_start[ids[after]]
+    return out
+
+
+def _byte_table(tokenizer) -> np.ndarray:
+    cached = getattr(tokenizer, "_glassllm_byte_table", None)
+    if cached is None:
+        cached = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)], dtype=np.int64)
+        try:
+            tokenizer._glassllm_byte_table = cached
+        except AttributeError:                                         # a tokenizer with __slots__
+            pass
+    return cached
+
+
+def _newline_ends(tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Per id: does its text end with a newline, does it start with one (0 or 1)."""
+    pieces = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
+    return (np.array([p.endswith(b"\n") for p in pieces], dtype=np.int64),
+            np.array([p.startswith(b"\n") for p in pieces], dtype=np.int64))
+
+
+def document_ids(tokenizer, text_or_paths) -> list[np.ndarray]:
+    """The documents of a text (a str, a path, or a list of them), each as the model reads it alone.
+
+    A document runs from its start token (:func:`start_context`) to the next one, inclusive: the
+    model predicts each token of the story and then its end. Documents without text are dropped.
+    """
+    head = start_context(tokenizer)
+    if not head:
+        raise ValueError("scoring document by document needs a tokenizer with a document-start token "
+                         "(<s> or <|endoftext|>); this one has neither")
+    ids = np.asarray(tokenizer.encode_corpus(text_or_paths), dtype=np.int64)
+    if ids[:len(head)].tolist() != head:
+        ids = np.concatenate([np.array(head, dtype=np.int64), ids])
+    start = head[0]
+    cuts = np.flatnonzero(ids == start).tolist() + [len(ids)]
+    docs = []
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        doc = ids[lo:hi + 1] if hi < len(ids) else np.concatenate([ids[lo:], [start]])
+        if text_bytes(tokenizer, doc).sum() > 0:
+            docs.append(doc)
+    return docs
+
+
+@dataclass(frozen=True)
+class DocumentEval:
+    """Per-document held-out figures: each document scored alone from its start token."""
+
+    loss: float
+    perplexity: float
+    bits_per_byte: float
+    nats: float
+    tokens: int           # predicted tokens
+    bytes: int            # UTF-8 bytes of the documents' text that the predicted tokens carry
+    documents: int
+    truncated: int        # documents longer than the context: only their first ``context`` tokens are predicted
+    context: int
+    bands: tuple          # ((first, last, tokens, loss), ...): the loss of the predictions made at input
+                          # positions first..last (position 0 is the start token)
+
+    def line(self) -> str:
+        return (f"loss {self.loss:.4f}  perplexity {self.perplexity:.3f}  bits/byte {self.bits_per_byte:.4f}  "
+                f"({_count(self.tokens, 'token')}, {_count(self.bytes, 'byte')}, "
+                f"{_count(self.documents, 'document')}, {self.truncated:,} cut at {self.context} tokens)")
+
+    def band_lines(self) -> list[str]:
+        return [f"  positions {lo:>3}-{hi:<3} loss {'-' if n == 0 else f'{loss:.4f}':>7}  ({_count(n, 'token')})"
+                for lo, hi, n, loss in self.bands]
+
+
+def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: int | None = None,
+                       batch_size: int = 16, bands=BANDS) -> DocumentEval:
+    """Score each document of ``text_or_paths`` alone (:func:`document_ids`), up to ``context`` tokens
+    of it predicted (default: the model's ``max_seq_len``), in float64, with the loss by position band."""
+    limit = model.config.max_seq_len
+    context = limit if context is None else context
+    if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or not 1 <= context <= limit:
+        raise ParameterError("context", f"must be an int in [1, {limit}], got {context!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ParameterError("batch_size", f"must be an int >= 1, got {batch_size!r}")
+    docs = document_ids(tokenizer, text_or_paths)
+    if not docs:
+        raise ValueError("the text holds no document to score")
+    truncated = sum(len(d) > context + 1 for d in docs)
+    docs = [d[:context + 1] for d in docs]
+    n_bytes = int(sum(text_bytes(tokenizer, d)[1:].sum() for d in docs))
+    by_pos = np.zeros(context, dtype=np.float64)                      # nats of the predictions at each position
+    count = np.zeros(context, dtype=np.int64)
+    order = sorted(range(len(docs)), key=lambda k: len(docs[k]))      # similar lengths share a batch
+    with no_grad():
+        for lo in range(0, len(order), batch_size):
+            group = [docs[k] for k in order[lo:lo + batch_size]]
+            n = max(len(d) for d in group) - 1
+            x = np.zeros((len(group), n), dtype=np.int64)
+            y = np.zeros((len(group), n), dtype=np.int64)
+            mask = np.zeros((len(group), n), dtype=bool)
+            for b, d in enumerate(group):                                 # padded at the end: causal attention
+                x[b, :len(d) - 1], y[b, :len(d) - 1], mask[b, :len(d) - 1] = d[:-1], d[1:], True
+            nll = _token_nats(model, x, y)                                # (B, n)
+            by_pos[:n] += np.where(mask, nll, 0.0).sum(axis=0)
+            count[:n] += mask.sum(axis=0)
+    nats, tokens = float(by_pos.sum()), int(count.sum())
+    if not math.isfinite(nats):
+        raise ValueError(f"the model's loss on this text is {nats} (not finite): its numbers overflow; "
+                         "check the model file (glassllm.train.find_non_finite names the first bad snapshot)")
+    rows = []
+    for first, last in bands:
+        part = slice(first, min(last, context - 1) + 1)
+        n = int(count[part].sum()) if first < context else 0
+        rows.append((first, last, n, float(by_pos[part].sum() / n) if n else math.nan))
+    loss = nats / tokens
+    return DocumentEval(loss=loss, perplexity=math.exp(loss) if loss < 709.0 else math.inf,
+                        bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)), nats=nats, tokens=tokens,
+                        bytes=n_bytes, documents=len(docs), truncated=truncated, context=int(context),
+                        bands=tuple(rows))

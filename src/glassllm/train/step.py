@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import ParameterError
+from ..checks import ParameterError, check_int
 from ..limits import over_limit
 from ..nn import Transformer
 from ..optim import AdamW, check_lr, clip_grad_norm, global_norm
@@ -46,8 +46,7 @@ class GradientThreads:
     """
 
     def __init__(self, model: Transformer, n: int):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"workers must be an int >= 1, got {n!r}")
+        n = check_int("workers", n, low=1)
         from concurrent.futures import ThreadPoolExecutor
 
         self.model, self.n = model, n

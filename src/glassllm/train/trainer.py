@@ -30,7 +30,7 @@ import numpy as np
 
 from ..checkpoint import save_model
 from ..config import ModelConfig
-from ..data import WindowSampler, expand_paths, text_sha256s, token_ids
+from ..data import WindowSampler, doc_start_id, doc_starts, expand_paths, text_sha256s, token_ids
 from ..files import make_folder
 from ..limits import expect, parse_json
 from ..nn import Transformer
@@ -38,6 +38,7 @@ from ..optim import AdamW
 from ..optional import available, install_hint, require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizer import Tokenizer
+from ..tokenizing import tokenizer_from_json
 from .config import DTYPES, TrainConfig
 from .evaluate import EvalResult, evaluate
 from .folder import read_state, write_loss_csv, write_loss_png, write_state
@@ -95,11 +96,16 @@ class Trainer:
     """A training run in a folder: build it fresh or resume it, then :meth:`run`.
 
     ``Trainer(config, model_config, train_files, out_dir, ...)`` starts a new
-    run; :meth:`Trainer.resume` continues the one saved in a folder.
+    run; :meth:`Trainer.resume` continues the one saved in a folder. ``init``
+    (a state dict, name -> array, e.g. ``dict(model.named_parameters())`` of a
+    loaded model) starts the weights from it instead of a random initialisation
+    (fine-tuning; give the model's ``tokenizer`` too); ``init_from`` is what the
+    files record as its source.
     """
 
     def __init__(self, config: TrainConfig, model_config: ModelConfig, train_files, out_dir,
-                 valid_files=(), tokenizer=None, cache_dir=None, command: str = "", progress: bool = True):
+                 valid_files=(), tokenizer=None, cache_dir=None, command: str = "", progress: bool = True,
+                 init=None, init_from: str = ""):
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         if not isinstance(model_config, ModelConfig):
@@ -121,6 +127,9 @@ class Trainer:
         init_seq, data_seq = np.random.SeedSequence(config.seed).spawn(2)
         self._build(config, model_config, out, cache_dir, progress, (train_files, valid_files), hashes, tokenizer,
                     command, np.random.default_rng(init_seq), np.random.default_rng(data_seq))
+        if init is not None:
+            self.model.load_state_dict({k: getattr(v, "data", v) for k, v in dict(init).items()})
+        self.init_from = str(init_from)
         self.timeline = (Timeline.for_model(self.model, tokenizer, config.steps, config.timeline_points)
                          if config.timeline_points else None)
 
@@ -147,14 +156,22 @@ class Trainer:
         if self.valid_ids is not None and len(self.valid_ids) < 2:
             raise ValueError(f"the held-out text is {len(self.valid_ids)} token long; evaluation needs at least 2 "
                              f"(one to read, one to predict): give more --valid text")
+        starts = None
+        if config.doc_start_fraction > 0:
+            start_id = doc_start_id(tokenizer)
+            if start_id is None:
+                raise ValueError("doc_start_fraction > 0 needs a tokenizer with a document-start token "
+                                 "(<|endoftext|> or <s>); this one has neither")
+            starts = doc_starts(self.train_ids, start_id, tokenizer)
         self.sampler = WindowSampler(self.train_ids, config.seq_len, config.batch_size, data_rng,
-                                     config.repeat_fraction, config.repeat_tokens)
+                                     config.repeat_fraction, config.repeat_tokens, starts, config.doc_start_fraction)
         self.step = 0
         self.elapsed = 0.0
         self.history: list[dict] = []
         self.command = command
         self.last_eval: EvalResult | None = None
         self.timeline = None
+        self.init_from = ""
 
     # -- resume -------------------------------------------------------------------
     @classmethod
@@ -185,8 +202,9 @@ class Trainer:
                                      f"(SHA-256 {digest[:12]}..., was {then[:12]}...)")
         self = cls.__new__(cls)
         self._build(config, model_config, Path(out_dir), cache_dir, progress, files, hashes,
-                    Tokenizer.from_json(record("tokenizer", str)), meta.get("command", ""), 0,
+                    tokenizer_from_json(record("tokenizer", str)), meta.get("command", ""), 0,
                     np.random.default_rng(0))
+        self.init_from = meta.get("init_from", "")
         try:
             self.model.load_state_dict({k[len("param/"):]: v for k, v in tensors.items() if k.startswith("param/")})
             self.optimizer.load_state_dict({
@@ -325,7 +343,7 @@ class Trainer:
             "sampler": json.dumps(self.sampler.state()), "elapsed_s": repr(self.elapsed),
             "data": json.dumps({"train": [[str(f), h] for f, h in zip(self.train_files, self.train_hashes)],
                                 "valid": [[str(f), h] for f, h in zip(self.valid_files, self.valid_hashes)]}),
-            "history": json.dumps(self.history), "command": self.command,
+            "history": json.dumps(self.history), "command": self.command, "init_from": self.init_from,
         }
         tensors = {}
         for name, p in self.model.named_parameters():
@@ -354,6 +372,8 @@ class Trainer:
             "valid_data_sha256": json.dumps({str(f): h for f, h in zip(self.valid_files, self.valid_hashes)}),
             "command": self.command,
         }
+        if self.init_from:
+            meta["init_from"] = self.init_from
         if self.history:
             meta["train_loss"] = repr(self.history[-1]["loss"])
         if self.last_eval is not None:

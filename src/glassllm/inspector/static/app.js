@@ -252,6 +252,12 @@
   }
 
   // ------------------------------------------------------------------ controls
+  // The header's second line: where the numbers come from, and which path (kernel or reference) the layers took.
+  function drawModeLine(paths) {
+    $("mode-line").textContent = (state.mode === "export" ? "offline export: one prompt, precomputed"
+      : source.kernel ? "live: this notebook's kernel" : "live: local server") + (paths ? ` · ${paths}` : "");
+  }
+
   const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 
   function buildControls() {
@@ -264,8 +270,7 @@
       `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})` +
       (info.meta.step ? ` · trained ${nice(Number(info.meta.step))} steps` : "") +
       (info.meta.valid_loss ? `, held-out loss ${Number(info.meta.valid_loss).toFixed(3)} nats/token` : "");
-    $("mode-line").textContent = state.mode === "export" ? "offline export: one prompt, precomputed" :
-      source.kernel ? "live: this notebook's kernel" : "live: local server";
+    drawModeLine(null);
     document.querySelectorAll(".vocab-n").forEach((e) => (e.textContent = nice(c.vocab_size)));
 
     const layers = $("layers");
@@ -1500,6 +1505,7 @@
         $("next-where").textContent = where + (r.after ? " · without the intervention (its effect: Intervene, below)" : "");
         drawNext();
         drawStepLine(r);
+        drawModeLine(r.paths);
       } catch (e) {
         $("next-where").textContent = e.message;
         if (nextData) nextData.after = null;          // no stale before/after under a refused intervention
