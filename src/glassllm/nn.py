@@ -622,6 +622,12 @@ class Transformer(Module):
         return self.tok_embeddings.weight.dtype
 
     @property
+    def kernel_slots(self):
+        """The layers a kernel may replace, with their options (:func:`glassllm.kernels.slots`), for
+        :func:`glassllm.kernels.chosen` around a forward of part of the model (a lazy trace's block)."""
+        return self._kernel_slots
+
+    @property
     def _cache_axes(self) -> tuple[int, int, int]:
         c = self.config
         return (c.n_layers, c.n_kv_heads, c.head_dim)

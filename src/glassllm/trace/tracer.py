@@ -401,7 +401,7 @@ class LazyTrace(Trace):
         logits = step.values["logits"]                                                  # (n, V), as trace() keeps
         kept = {"embed": step.values["embed"]}
         super().__init__(model.config, probe.axes, list(probe.axes), [
-            Step(0, n, n, 0, tokens[0].copy(), values=kept)], 0, probe.trace.dtype,
+            Step(0, n, n, 0, tokens[0].copy(), values=kept, paths=dict(step.paths))], 0, probe.trace.dtype,
             [repr(iv) for iv in self._interventions])
         self._always = dict(kept)
         self.logits = logits
@@ -542,7 +542,7 @@ class LazyTrace(Trace):
         cos, sin = model.rotary.tables(np.arange(0, n))
 
         def fn(x):
-            with kernels.chosen(model._kernel_slots, n=n, m=n, cache=None):
+            with kernels.chosen(model.kernel_slots, n=n, m=n, cache=None):
                 return model.layers[i](x, (cos, sin), None, 0, None)
         g = self._run(tracer, fn, self._inputs[i], grad_out)
         return None if g is None else self._stored(g)
@@ -554,7 +554,7 @@ class LazyTrace(Trace):
         targets = self._targets
 
         def fn(x):
-            with kernels.chosen(model._kernel_slots, n=self._n, m=self._n, cache=None):
+            with kernels.chosen(model.kernel_slots, n=self._n, m=self._n, cache=None):
                 logits = model.snap("logits", model.output(model.norm(x)))
             model.snap_derived("probs", ag.softmax, logits, axis=-1)
             if targets is None:
