@@ -254,8 +254,10 @@
   // ------------------------------------------------------------------ controls
   // The header's second line: where the numbers come from, and which path (kernel or reference) the layers took.
   function drawModeLine(paths) {
-    $("mode-line").textContent = (state.mode === "export" ? "offline export: one prompt, precomputed"
+    const line = $("mode-line");                        // one line: the full text is its tooltip
+    line.textContent = (state.mode === "export" ? "offline export: one prompt, precomputed"
       : source.kernel ? "live: this notebook's kernel" : "live: local server") + (paths ? ` · ${paths}` : "");
+    line.title = line.textContent;
   }
 
   const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
