@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from ..data import resolve_sources
+from ..limits import parse_json
 from ..train import blas_threads, evaluate_text
 from ..train.evaluate import evaluate_documents
 from . import load_model_option
@@ -44,7 +45,7 @@ def trained_seq_len(meta: dict, context: int) -> int:
     """The window length a model file says it was trained on (its ``train_config``); else ``context``
     (an imported model's context is the one it was trained with, as its file says); at most ``context``."""
     try:
-        trained = json.loads(meta.get("train_config", "{}")).get("seq_len")
+        trained = parse_json(meta.get("train_config", "{}"), "the model file's train_config").get("seq_len")
     except (ValueError, AttributeError):
         trained = None
     ok = isinstance(trained, int) and not isinstance(trained, bool) and trained >= 1
