@@ -31,6 +31,7 @@ __all__ = [
     "MAX_HEADER_BYTES", "safetensors_header", "check_header_entries",
 ]
 
+from .checks import is_int
 from .limits import LIMITS, limit, parse_json
 
 MAX_HEADER_BYTES = limit("header_bytes")  # a safetensors header of a model is a few KB; refuse anything absurd
@@ -289,7 +290,7 @@ def check_header_entries(header: dict, meta, data_len: int, where: str, dtypes) 
         shape = info.get("shape") if isinstance(info, dict) else None
         offsets = info.get("data_offsets") if isinstance(info, dict) else None
         ok = (isinstance(shape, list) and len(shape) <= limit("dims")
-              and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+              and all(is_int(s) and s >= 0 for s in shape)
               and isinstance(offsets, list) and len(offsets) == 2)
         if not ok:
             raise ValueError(f"{where!r}: tensor {name[:40]!r} has a malformed header entry (expected dtype, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from ..checks import is_int
 from ..data import resolve_sources
 from ..limits import parse_json
 from ..train import blas_threads, evaluate_text
@@ -48,7 +49,7 @@ def trained_seq_len(meta: dict, context: int) -> int:
         trained = parse_json(meta.get("train_config", "{}"), "the model file's train_config").get("seq_len")
     except (ValueError, AttributeError):
         trained = None
-    ok = isinstance(trained, int) and not isinstance(trained, bool) and trained >= 1
+    ok = is_int(trained) and trained >= 1
     return min(trained if ok else context, context)
 
 
