@@ -488,7 +488,7 @@ def test_an_intervention_from_fields_ablates_and_edits_as_asked(tiny_model):
     np.testing.assert_allclose(ablated.get("logits"), np_head(W, c, x), rtol=1e-9, atol=1e-10)
 
     edit = from_fields("edit", 0, name="mlp.act", row=4, col=7, value=3.5, axes=axes, config=c, n=6)
-    edited = trace(tiny_model, toks, names="layers.0.mlp.act", interventions=[edit]).get("layers.0.mlp.act")
+    edited = trace(tiny_model, toks, interventions=[edit]).get("layers.0.mlp.act")
     expected = clean.get("layers.0.mlp.act").copy()
     expected[4, 7] = 3.5
     np.testing.assert_array_equal(edited, expected)
