@@ -330,6 +330,7 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repo
     else:
         lines += ["```", meta["command"], f"python tools/finish_bundled.py --run {run_dir}", "```", ""]
     lines += [
+        "The commands are the ones the model file records, with the paths of the machine that ran them.",
         "`glassllm train` trains (in the run folder given by `--out`); `finish_bundled.py` re-evaluates the",
         "result, draws the samples below and writes this card and the model file. `--threads 1` and",
         "`--workers N` only choose how many cores the arithmetic uses.",
