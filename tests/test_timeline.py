@@ -78,6 +78,33 @@ def test_the_file_round_trips_and_a_bad_file_is_one_line(small, tmp_path):
         load_timeline(tmp_path / "elsewhere")
 
 
+def test_a_second_stage_continues_the_first_timeline(small):
+    """A run started from another run's last model joins its timeline: steps and tokens count on, the
+    second stage's step 0 (the first's last model again) is dropped, every row's recording is kept."""
+    model, tok = small
+    first = Timeline.for_model(model, tok, steps=4, points=2)
+    for step in first.schedule:
+        first.record(model, tok, step=step, tokens=step * 8, lr=1e-3, train_loss=None)
+    first.set_history([{"step": s, "tokens": s * 8, "lr": 1e-3, "loss": 5.0 - s, "val_loss": None, "val_bpb": None}
+                       for s in (1, 2, 3, 4)])
+    other = Transformer(model.config, seed=4, dtype=np.float64)           # the second stage's weights moved
+    second = Timeline.for_model(other, tok, steps=2, points=2)
+    for step in second.schedule:
+        second.record(model if step == 0 else other, tok, step=step, tokens=step * 16, lr=1e-4, train_loss=None)
+    second.set_history([{"step": s, "tokens": s * 16, "lr": 1e-4, "loss": 1.0, "val_loss": None, "val_bpb": None}
+                        for s in (1, 2)])
+    both = first.then(second)
+    last = first.steps[-1]
+    assert both.steps == first.steps + [last + s for s in second.steps[1:]]
+    assert [r["tokens"] for r in both.rows[len(first.rows):]] == [32 + t for t in (16, 32)]
+    assert [r["step"] for r in both.history] == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_array_equal(both.attn, np.concatenate([first.attn, second.attn[1:]]))
+    np.testing.assert_array_equal(both.induction[-1], second.induction[-1])
+    np.testing.assert_array_equal(both.probs[:len(first.steps)], first.probs)
+    with pytest.raises(ValueError, match="different probes"):
+        first.then(Timeline.for_model(model, tok, steps=2, points=2, span="The cat sat on the mat."))
+
+
 def test_warm_up_and_repeats_follow_the_run_length():
     assert TrainConfig(steps=100).warmup == 10 and TrainConfig(steps=100).lr_at(10) == TrainConfig().lr
     assert TrainConfig(steps=5000).warmup == 100 and TrainConfig(steps=100, warmup_steps=0).warmup == 0

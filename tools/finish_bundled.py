@@ -22,7 +22,8 @@ It
    before/after table;
 6. writes ``src/glassllm/assets/tinystories.safetensors`` (weights, config, tokenizer, and these
    figures as metadata; at most 8 MB), copies the loss curve to ``assets/loss.png`` and the
-   training timeline to ``assets/tinystories.timeline.safetensors``, and writes
+   training timeline to ``assets/tinystories.timeline.safetensors`` (a second stage's joined to the
+   first's, :meth:`glassllm.timeline.Timeline.then`), and writes
    ``assets/MODEL_CARD.md``.
 
 A run that started from another model (``glassllm train --init-from``) is the second stage of a
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
         before_report = report(before_path, held_out)
     repeats = {"after": list(after_report["repeated_4gram_share"].values()),
                "before": list(before_report["repeated_4gram_share"].values()), "before_model": before_path.name}
-    base = None
+    base = base_path = None
     if meta.get("init_from"):
         base_path = Path(args.base) if args.base else before_path
         _, base_meta = read_header(base_path)
@@ -187,8 +188,13 @@ def main(argv=None) -> int:
     if (run / "loss.png").exists():
         shutil.copyfile(run / "loss.png", dest / "loss.png")
     if (run / "timeline.safetensors").exists():
+        from glassllm.timeline import load_timeline, timeline_path_for
+
         timeline = dest / (target.name.removesuffix(".safetensors") + ".timeline.safetensors")
-        shutil.copyfile(run / "timeline.safetensors", timeline)
+        if base and timeline_path_for(base_path).exists():           # both stages, one timeline
+            load_timeline(base_path).then(load_timeline(run)).save(timeline)
+        else:
+            shutil.copyfile(run / "timeline.safetensors", timeline)
         os.chmod(timeline, 0o644)
     (run / "specimen_report.json").write_text(json.dumps({"after": after_report, "before": before_report}, indent=1))
 

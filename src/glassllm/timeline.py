@@ -174,6 +174,33 @@ class Timeline:
         self.history = [{k: row.get(k) for k in keys} for j, row in enumerate(history)
                         if j % stride == 0 or row.get("val_loss") is not None or j == len(history) - 1]
 
+    def then(self, later: "Timeline") -> "Timeline":
+        """One timeline of a two-stage run: this one, then ``later``, the timeline of a run that started
+        from this run's last model (``glassllm train --init-from``). ``later``'s steps and tokens are
+        counted on from this run's last row, and its step 0 (the same model as this run's last step) is
+        dropped. Both must watch the same probe with the same architecture."""
+        if later.ids != self.ids or later.period != self.period:
+            raise ValueError("the two timelines watch different probes; only a run's continuation can follow it")
+        if {**later.config.to_dict(), "max_seq_len": 0} != {**self.config.to_dict(), "max_seq_len": 0}:
+            raise ValueError("the two timelines are of different architectures; only a run's continuation "
+                             "can follow it")
+        if not self.rows or not later.steps:
+            raise ValueError("both timelines need at least one recorded step")
+        step0, tokens0 = self.rows[-1]["step"], self.rows[-1]["tokens"]
+        keep = [j for j, s in enumerate(later.steps) if s > 0]
+
+        def shifted(row):
+            return {**row, "step": row["step"] + step0, "tokens": row["tokens"] + tokens0}
+
+        return Timeline(ids=list(self.ids), pieces=list(self.pieces), period=self.period, config=later.config,
+                        schedule=self.schedule + [s + step0 for s in later.schedule if s > 0],
+                        steps=self.steps + [later.steps[j] + step0 for j in keep],
+                        rows=self.rows + [shifted(later.rows[j]) for j in keep],
+                        attn=np.concatenate([self.attn, later.attn[keep]]),
+                        probs=np.concatenate([self.probs, later.probs[keep]]),
+                        induction=np.concatenate([self.induction, later.induction[keep]]),
+                        history=self.history + [shifted(r) for r in later.history if r["step"] > 0])
+
     # -- the file ---------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         from .files import encode_safetensors
