@@ -66,7 +66,12 @@ def test_default_config_and_the_bundled_recipe():
     assert TrainConfig.from_dict(json.loads(c.to_json())) == c
     assert RECIPES["default"] == c
     _, meta = checkpoint.read_header(checkpoint.bundled_model_path())   # the shipped model's own record
-    assert TrainConfig.from_dict(json.loads(meta["train_config"])) == RECIPES["bundled"]
+    if "base" in meta:                                                  # two stages: the second from the first
+        assert TrainConfig.from_dict(json.loads(meta["train_config"])) == RECIPES["bundled-512"]
+        assert TrainConfig.from_dict(json.loads(meta["base"])["train_config"]) == RECIPES["bundled"]
+        assert meta["init_from"] == "bundled"
+    else:
+        assert TrainConfig.from_dict(json.loads(meta["train_config"])) == RECIPES["bundled"]
 
 
 def test_cli_recipe_sets_defaults_that_options_override(texts, tmp_path):

@@ -164,16 +164,21 @@ class TrainConfig(JsonConfig):
         return self.batch_size, self.seq_len
 
 
-# The bundled model (src/glassllm/assets/tinystories.safetensors) was trained with
-# RECIPES["bundled"]: eight times the default steps; the first 1,000 steps on 32-token
-# windows, half of them one random span repeated (so copying pays, and from short
+# The bundled model (src/glassllm/assets/tinystories.safetensors) was trained in two stages.
+# RECIPES["bundled"], from scratch: eight times the default steps; the first 1,000 steps on
+# 32-token windows, half of them one random span repeated (so copying pays, and from short
 # windows the model learns it within a few hundred steps: induction heads); after that
-# full windows, 15% of them repeated spans, so that copying stays useful
-# (DEVELOPING.md lists the runs).
+# full windows, 15% of them repeated spans, so that copying stays useful.
+# RECIPES["bundled-512"], with --init-from the first stage's model: 512-token windows, 80% of
+# them from a story's start, so that the model is right at every position of its context and
+# its stories run their course (docs/training-log.md gives the runs).
 RECIPES = {
     "default": TrainConfig(),
     "bundled": TrainConfig(steps=12000, repeat_fraction=0.15, short_repeat_fraction=0.5, repeat_tokens="random",
                            short_steps=1000, short_seq_len=32, eval_every=500),
+    "bundled-512": TrainConfig(steps=3000, batch_size=8, seq_len=512, lr=8e-4, min_lr=8e-5, warmup_steps=30,
+                               eval_every=100, doc_start_fraction=0.8, repeat_fraction=0.1,
+                               repeat_tokens="random", workers=2),
     # Fine-tuning a model file (glassllm train --init-from): a short warm-up, a peak a third of a
     # fresh run's, cosine down to a tenth of it.
     "finetune": TrainConfig(steps=1000, lr=1e-3, min_lr=1e-4, warmup_steps=20, eval_every=100),
