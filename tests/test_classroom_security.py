@@ -257,7 +257,8 @@ def test_the_static_files_are_the_packaged_ones(client):
     from glassllm.inspector.server import read_assets
 
     assets = read_assets()
-    for name, path in [("index.html", "/"), ("app.js", "/app.js"), ("style.css", "/style.css")]:
+    for name in assets:
+        path = "/" if name == "index.html" else "/" + name
         assert client.get(path, headers=AUTH).text == assets[name]
 
 
