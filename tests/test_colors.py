@@ -59,7 +59,7 @@ def test_the_matplotlib_maps_are_made_of_the_same_stops():
     pytest.importorskip("matplotlib")
     for kind, stops in (("sequential", colors.SEQUENTIAL), ("diverging", colors.DIVERGING)):
         cmap = colors.colormap(kind)
-        # app.js's ramp(): 256 entries, entry i at i / 255 of the way, linear between evenly spaced stops.
+        # js/paint.js's ramp(): 256 entries, entry i at i / 255 of the way, linear between evenly spaced stops.
         stops = np.array(stops, dtype=float)
         t = np.arange(256) / 255 * (len(stops) - 1)
         k = np.minimum(np.floor(t).astype(int), len(stops) - 2)

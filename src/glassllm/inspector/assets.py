@@ -3,8 +3,8 @@
 No web framework here: the notebook view and the offline HTML file read the page through this module
 alone, so they need no FastAPI.
 
-The page's script is a list of plain scripts (no build step), run in the order of :data:`SCRIPTS`:
-later ones use the names earlier ones define. That order is kept here only:
+The page's script is a set of plain scripts (``static/js/``, no build step), one per feature, run in the
+order of :data:`SCRIPTS`: later ones use the names earlier ones define. That order is kept here only:
 :func:`read_assets` writes the page's ``<script>`` tags from it, the server serves exactly these files,
 and the export inlines them in the same order.
 """
@@ -18,7 +18,30 @@ from ..trace import colors
 __all__ = ["ASSETS", "SCRIPTS", "SCRIPTS_MARK", "read_assets", "script_tag"]
 
 # The page's scripts, in the order they run (each file's first lines say what it holds).
-SCRIPTS = ("app.js",)
+SCRIPTS = (
+    "js/dom.js",
+    "js/state.js",
+    "js/api.js",
+    "js/paint.js",
+    "js/sampling.js",
+    "js/controls.js",
+    "js/prompt.js",
+    "js/heatmap.js",
+    "js/cells.js",
+    "js/explain.js",
+    "js/compare.js",
+    "js/interventions.js",
+    "js/next.js",
+    "js/generate.js",
+    "js/lens.js",
+    "js/save.js",
+    "js/stepthrough.js",
+    "js/tabs.js",
+    "js/map.js",
+    "js/grid.js",
+    "js/training.js",
+    "js/main.js",
+)
 
 # The page's files and the content type each is served with.
 ASSETS = {"index.html": "text/html; charset=utf-8", "style.css": "text/css; charset=utf-8",
@@ -37,7 +60,7 @@ def read_assets() -> dict[str, str]:
     """The page's files (:data:`ASSETS`), read from the installed package.
 
     In index.html, the scripts' line becomes the colour maps and hatching of :mod:`glassllm.trace.colors`
-    as ``<script id="glass-colors" type="application/json">`` (which the script reads: the page,
+    as ``<script id="glass-colors" type="application/json">`` (which ``js/paint.js`` reads: the page,
     ``Trace.plot`` and the notebooks draw from the same definitions), then one ``<script>`` tag per script,
     in the order of :data:`SCRIPTS`.
     """

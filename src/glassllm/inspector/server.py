@@ -3,7 +3,7 @@
 Routes, and nothing else::
 
     GET  /              the page (static/index.html)
-    GET  /app.js        its script (assets.SCRIPTS)
+    GET  /js/<name>.js  its scripts, one per feature (assets.SCRIPTS)
     GET  /style.css     its styles
     GET  /api/info      model shape, snapshot names, vocabulary, limits
     POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
