@@ -180,7 +180,9 @@ class Student:
     def open_page(self):
         t0 = time.perf_counter()
         r = self.send("page", "GET", f"/?token={self.token}")
-        for path in ("/app.js", "/style.css"):
+        from glassllm.inspector.assets import SCRIPTS
+
+        for path in ("/style.css", *("/" + name for name in SCRIPTS)):   # what the page loads after itself
             self.send("page", "GET", path)
         info = self.send("page", "GET", "/api/info")
         self.log.action("open page", time.perf_counter() - t0)

@@ -129,7 +129,7 @@ def test_the_first_visit_gets_an_httponly_samesite_strict_cookie_and_a_clean_add
     assert "httponly" in parts and "samesite=strict" in parts and "path=/" in parts, cookie
     assert TOKEN not in cookie                                   # the cookie holds a digest, not the token
     name, value = cookie.split(";")[0].split("=", 1)
-    for path in ("/", "/app.js", "/api/info"):
+    for path in ("/", "/js/main.js", "/api/info"):
         assert call(client, "GET", path, cookies={name: value}).status_code == 200, path
     r = call(client, "POST", "/api/tokens", cookies={name: value})
     assert r.status_code == 200 and r.json()["ids"]
@@ -239,6 +239,7 @@ def test_the_open_loopback_server_refuses_foreign_hosts_and_cross_site_posts(ins
 TRAVERSALS = ["/../../../../etc/passwd", "/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/..%2f..%2f..%2fetc%2fpasswd",
               "/static/../server.py", "/static/%2e%2e/server.py", "/app.js/../server.py", "/%2e%2e%5cserver.py",
               "/server.py", "/auth.py", "/__init__.py", "/static/app.js", "/app.js%00.txt", "/....//server.py",
+              "/js/../server.py", "/js/%2e%2e/assets.py", "/js/main.js/../../server.py", "/js/main.js%00.txt",
               "//etc/passwd", "/%252e%252e/server.py", "/static/..%5c..%5cserver.py"]
 
 
@@ -257,7 +258,8 @@ def test_the_static_files_are_the_packaged_ones(client):
     from glassllm.inspector.server import read_assets
 
     assets = read_assets()
-    for name, path in [("index.html", "/"), ("app.js", "/app.js"), ("style.css", "/style.css")]:
+    for name in assets:
+        path = "/" if name == "index.html" else "/" + name
         assert client.get(path, headers=AUTH).text == assets[name]
 
 

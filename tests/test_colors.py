@@ -1,7 +1,7 @@
 """One look for every figure: the inspector's page and Trace.plot draw from glassllm.trace.colors.
 
 The page gets the stops, the masked cells' ground and the hatching from Python
-(embedded in index.html by the server and by the export), and app.js defines
+(embedded in index.html by the server and by the export), and the page's scripts define
 none of its own; Trace.plot uses colour maps built from the same stops, the
 same rule for the scale, and hatches the same cells.
 """
@@ -29,6 +29,7 @@ def _want() -> dict:
 
 def test_the_page_served_and_exported_carries_the_python_definitions():
     pytest.importorskip("fastapi")
+    from glassllm.inspector.assets import SCRIPTS, script_tag
     from glassllm.inspector.export import render_html
     from glassllm.inspector.server import read_assets
 
@@ -37,14 +38,17 @@ def test_the_page_served_and_exported_carries_the_python_definitions():
     for page in (served, exported):
         (found,) = PALETTE.findall(page)
         assert json.loads(found) == _want()
-    assert served.index('id="glass-colors"') < served.index('<script src="app.js">')   # read before the script
+    assert served.index('id="glass-colors"') < served.index(script_tag(SCRIPTS[0]))   # read before the scripts
 
 
 def test_the_page_script_and_style_define_no_colours_of_their_own():
-    app = (STATIC / "app.js").read_text(encoding="utf-8")
-    assert 'getElementById("glass-colors")' in app
-    triples = re.findall(r"\[\s*\d{1,3}\s*,\s*\d{1,3}\s*,\s*\d{1,3}\s*\]", app)
-    assert not triples, f"app.js spells colour stops itself: {triples}"
+    from glassllm.inspector.assets import SCRIPTS
+
+    scripts = {name: (STATIC / name).read_text(encoding="utf-8") for name in SCRIPTS}
+    assert any('getElementById("glass-colors")' in text for text in scripts.values())
+    for name, text in scripts.items():
+        triples = re.findall(r"\[\s*\d{1,3}\s*,\s*\d{1,3}\s*,\s*\d{1,3}\s*\]", text)
+        assert not triples, f"{name} spells colour stops itself: {triples}"
     # The legend's masked swatch (CSS) shows the same ground as the heatmap's masked cells.
     css = (STATIC / "style.css").read_text(encoding="utf-8")
     (swatch,) = re.findall(r"\.swatch\.masked\s*\{[^}]*\}", css)
@@ -55,7 +59,7 @@ def test_the_matplotlib_maps_are_made_of_the_same_stops():
     pytest.importorskip("matplotlib")
     for kind, stops in (("sequential", colors.SEQUENTIAL), ("diverging", colors.DIVERGING)):
         cmap = colors.colormap(kind)
-        # app.js's ramp(): 256 entries, entry i at i / 255 of the way, linear between evenly spaced stops.
+        # js/paint.js's ramp(): 256 entries, entry i at i / 255 of the way, linear between evenly spaced stops.
         stops = np.array(stops, dtype=float)
         t = np.arange(256) / 255 * (len(stops) - 1)
         k = np.minimum(np.floor(t).astype(int), len(stops) - 2)

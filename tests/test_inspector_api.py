@@ -423,10 +423,13 @@ def test_limits_on_snapshot_size_and_steps(parts):
 
 
 def test_server_serves_only_its_assets(client):
-    for path in ["/", "/app.js", "/style.css"]:
+    from glassllm.inspector.assets import SCRIPTS
+
+    for path in ["/", "/style.css", *("/" + name for name in SCRIPTS)]:
         r = client.get(path)
         assert r.status_code == 200 and "default-src 'none'" in r.headers["content-security-policy"]
-    for path in ["/index.html", "/static/app.js", "/../pyproject.toml", "/%2e%2e/%2e%2e/etc/passwd",
+    for path in ["/index.html", "/static/js/main.js", "/js/", "/js", "/app.js", "/../pyproject.toml",
+                 "/%2e%2e/%2e%2e/etc/passwd",
                  "/docs", "/redoc", "/openapi.json", "/api/", "/api/snapshot/../../x", "/assets/tinystories.safetensors"]:
         r = client.get(path)
         assert r.status_code == 404 and "error" in r.json(), path

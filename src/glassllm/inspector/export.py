@@ -31,7 +31,7 @@ shorter prompt, a larger bound), before writing anything.
 
 Answers a view cannot have (the gradient of a constant, say) are embedded as
 their error message, which the page shows as the live server would. Style
-sheet and script are inlined, and a Content-Security-Policy forbids every
+sheet and scripts are inlined, and a Content-Security-Policy forbids every
 network request, so the file works offline and can be shared as it is.
 """
 
@@ -47,7 +47,7 @@ from .schema import (
     AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error, request_key,
 )
-from .assets import read_assets
+from .assets import SCRIPTS, read_assets, script_tag
 
 ValidationError = require("pydantic", "the inspector").ValidationError
 
@@ -200,17 +200,23 @@ def render_html(info: dict, prompt: str, responses: dict[str, dict], note: str |
 
 
 def inline_page(data_script: str) -> str:
-    """The page with its style and script inlined, ``data_script`` (a ``<script>`` element) before the script,
-    and a Content-Security-Policy that forbids every network request."""
+    """The page with its style and scripts inlined, ``data_script`` (a ``<script>`` element) before the scripts,
+    and a Content-Security-Policy that forbids every network request.
+
+    The scripts are inlined where the page loads them, each in its own ``<script>`` element, in the order
+    of :data:`~glassllm.inspector.assets.SCRIPTS`."""
     assets = read_assets()
     html = assets["index.html"]
     head = f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
     html = html.replace('<meta charset="utf-8">\n', '<meta charset="utf-8">\n' + head, 1)
     style = "<style>\n" + assets["style.css"] + "</style>"
-    script = data_script + "<script>\n" + assets["app.js"].replace("</script", "<\\/script") + "</script>"
     html, n_style = re.subn(r'<link rel="stylesheet" href="style.css">', lambda _: style, html)
-    html, n_script = re.subn(r'<script src="app.js"></script>', lambda _: script, html)
-    assert n_style == 1 and n_script == 1, "index.html lost its style or script tag"
+    assert n_style == 1, "index.html lost its style tag"
+    for i, name in enumerate(SCRIPTS):
+        tag = script_tag(name)
+        assert html.count(tag) == 1, f"index.html lost its script tag for {name}"
+        script = "<script>\n" + assets[name].replace("</script", "<\\/script") + "</script>"
+        html = html.replace(tag, (data_script if i == 0 else "") + script, 1)
     return html
 
 

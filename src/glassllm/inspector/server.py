@@ -3,7 +3,7 @@
 Routes, and nothing else::
 
     GET  /              the page (static/index.html)
-    GET  /app.js        its script
+    GET  /js/<name>.js  its scripts, one per feature (assets.SCRIPTS)
     GET  /style.css     its styles
     GET  /api/info      model shape, snapshot names, vocabulary, limits
     POST /api/tokens    {"prompt"} -> the prompt's ids and pieces
@@ -15,7 +15,7 @@ Routes, and nothing else::
     POST /api/attribution  each head's and MLP's share of one logit (see schema.AttributionRequest)
     GET  /api/stats     what the server holds and has refused: the trace cache, the pool, RSS
 
-The three assets are read from the package once, when the app is made, and
+The page's files are read from the package once, when the app is made, and
 served from memory: no part of a request's path ever reaches the filesystem.
 There are no API docs routes. Every bad request -- malformed JSON, a field of
 the wrong type or range, an unknown snapshot, a prompt that is too long --
@@ -202,21 +202,16 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
                 return _error(400, f"request body incomplete: {length} bytes declared, the client left")
         return _secured(await call_next(request))
 
-    # -- the page ------------------------------------------------------------------
-    def _asset(name: str) -> Response:
-        return Response(assets[name], media_type=ASSETS[name])
+    # -- the page: index.html at "/", every other file at its own name ----------------
+    def _asset(name: str):
+        body, media_type = assets[name], ASSETS[name]
 
-    @app.get("/", include_in_schema=False)
-    async def index():
-        return _asset("index.html")
+        async def serve():
+            return Response(body, media_type=media_type)
+        return serve
 
-    @app.get("/app.js", include_in_schema=False)
-    async def script():
-        return _asset("app.js")
-
-    @app.get("/style.css", include_in_schema=False)
-    async def style():
-        return _asset("style.css")
+    for name in ASSETS:
+        app.get("/" if name == "index.html" else "/" + name, include_in_schema=False)(_asset(name))
 
     # -- the API -----------------------------------------------------------------------
     async def compute(fn, req, runs_model: bool = False) -> Response:
