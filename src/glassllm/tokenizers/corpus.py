@@ -7,8 +7,8 @@ them (:func:`glassllm.files.texts_and_files` tells text from paths, and a folder
 are not UTF-8 come through as lone surrogates (``surrogateescape``), so they encode back to the
 same bytes. A block ends only where the text may be cut without changing how it is tokenised:
 at a newline or space that follows a character that is not :data:`WHITE_SPACE`, never inside a
-special token (the pre-tokenisation of :mod:`glassllm.tokenizers.bpe` starts a new chunk there,
-and a SentencePiece text is split at such a space anyway).
+special token (the pre-tokenisation of :mod:`glassllm.tokenizers.bpe` starts a new chunk there;
+:func:`stories` joins a story cut by a block end again).
 
 Stories in a glassllm text file are separated by a line ``<|endoftext|>`` (:data:`EOT`):
 :func:`documents` gives the blocks of every file and each str as they come, :func:`stories`
