@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import doctest
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -156,8 +157,14 @@ def private_attributes(module: str) -> list[tuple[str, int]]:
 
 def _defined_private(module: str) -> set[str]:
     """The underscore attributes ``module`` defines: ``self._x = ...``, class-body names, methods."""
+    return _defined_private_in(MODULES[module])
+
+
+@functools.lru_cache(maxsize=None)
+def _defined_private_in(path: Path) -> frozenset[str]:
+    """:func:`_defined_private` of the module file ``path``, parsed once however many modules ask."""
     names = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _own_object(node.value):
             names.add(node.attr)
         elif isinstance(node, ast.ClassDef):
@@ -167,7 +174,7 @@ def _defined_private(module: str) -> set[str]:
                 targets = item.targets if isinstance(item, ast.Assign) else (
                     [item.target] if isinstance(item, ast.AnnAssign) else [])
                 names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return {n for n in names if _private(n)}
+    return frozenset(n for n in names if _private(n))
 
 
 def _own_object(node) -> bool:
@@ -342,6 +349,7 @@ def test_private_attributes_of_other_modules_are_found(tmp_path, monkeypatch):
     assert private_attributes("glassllm.friend") == []            # it defines _mine on its own objects too
 
 
-@pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "hf"])
+@pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "interop.hf", "tokenizers.hfjson",
+                                    "tokenizers.bpe"])
 def test_doctests_of_the_shared_modules(module):
     assert doctest.testmod(importlib.import_module(f"glassllm.{module}")).failed == 0

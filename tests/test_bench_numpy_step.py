@@ -10,9 +10,6 @@ for both of its attention variants and with clipping active.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,9 +18,7 @@ from glassllm.config import ModelConfig
 from glassllm.nn import Transformer
 from glassllm.optim import AdamW
 from glassllm.train import train_step
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from numpy_step import NumpyStep  # noqa: E402
+from numpy_step import NumpyStep           # bench/ is on pytest's pythonpath (pyproject.toml)
 
 
 @pytest.mark.parametrize("attention", ["dense", "tiled"])

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from glassllm.hf import _bytes_to_unicode, tokenizer_from_hf
+from glassllm.tokenizers.hfjson import bytes_to_unicode, tokenizer_from_hf
 
 TRAIN = ("The year 2024 had 365 days; in 1999, 42 cats ate 7 fish.\n  Indented   lines\n\n\tand tabs. "
          "Café naïve résumé — “quotes” 日本語 テキスト Ⅻ ½ ٣ 😀 don't we'll it's. ") * 20
@@ -53,7 +53,7 @@ def test_byte_level_layouts_cut_and_encode_as_tokenizers_does(layout):
     hf_tok = _trained(layout)
     doc = json.loads(hf_tok.to_str())
     ours, perm = tokenizer_from_hf(doc)
-    unicode_to_byte = {c: b for b, c in _bytes_to_unicode().items()}   # to read tokenizers' pieces back
+    unicode_to_byte = {c: b for b, c in bytes_to_unicode().items()}   # to read tokenizers' pieces back
     for text in TEXTS + [TRAIN[:300]]:
         pieces = [p for p, _ in hf_tok.pre_tokenizer.pre_tokenize_str(text)]
         theirs = [bytes(unicode_to_byte[c] for c in p).decode("utf-8") for p in pieces]

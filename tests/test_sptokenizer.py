@@ -134,7 +134,7 @@ def test_a_model_file_keeps_the_tokenizer(trio, tmp_path):
 
 
 def test_encode_corpus_reads_stories_the_llama2c_way(trio, tmp_path, monkeypatch):
-    import glassllm.tokenizer
+    import glassllm.tokenizers.corpus
 
     ours = trio[0]
     text = " once upon a time there was a cat\n<|endoftext|>\nthe cat sat on the mat and looked\n"
@@ -143,7 +143,7 @@ def test_encode_corpus_reads_stories_the_llama2c_way(trio, tmp_path, monkeypatch
     assert ids.tolist() == [1, *ours.encode("once upon a time there was a cat"),
                             1, *ours.encode("the cat sat on the mat and looked")]
     (tmp_path / "v.txt").write_text(text, encoding="utf-8")
-    monkeypatch.setattr(glassllm.tokenizer, "_BLOCK_CHARS", 8)           # stories run across blocks
+    monkeypatch.setattr(glassllm.tokenizers.corpus, "_BLOCK_CHARS", 8)           # stories run across blocks
     assert ours.encode_corpus(tmp_path / "v.txt").tolist() == ids.tolist()
 
 

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import glassllm.tokenizer as tokmod
+import glassllm.tokenizers.bpe as tokmod
+import glassllm.tokenizers.corpus as corpus
 from glassllm.hf import tokenizer_to_hf
 from glassllm.tokenizer import EOT, PATTERN, Tokenizer, merge_pair
 
@@ -390,7 +391,7 @@ def test_files_and_folders_stream_like_one_text(tmp_path, monkeypatch, stories):
     (tmp_path / "a").mkdir()
     path = tmp_path / "a" / "stories.txt"
     path.write_bytes(text.encode())
-    monkeypatch.setattr(tokmod, "_BLOCK_CHARS", 37)  # many cuts, none inside a chunk or <|endoftext|>
+    monkeypatch.setattr(corpus, "_BLOCK_CHARS", 37)  # many cuts, none inside a chunk or <|endoftext|>
     vocab = 256 + 150 + 1
     from_text = Tokenizer.train([text], vocab_size=vocab)
     assert Tokenizer.train(path, vocab_size=vocab).to_json() == from_text.to_json()

@@ -5,7 +5,7 @@ A model file is one safetensors file that holds everything inference needs:
 - tensors: the model's parameters under their LLaMA names (:mod:`glassllm.nn`);
 - metadata (str -> str): ``format`` = ``"glassllm-model"``, ``version`` = ``"1"``,
   ``config`` (the :class:`~glassllm.config.ModelConfig` as JSON), ``tokenizer``
-  (the tokenizer's own JSON document, see :mod:`glassllm.tokenizing`: its
+  (the tokenizer's own JSON document, see :mod:`glassllm.tokenizers`: its
   ``kind`` says byte-level or SentencePiece; none means byte-level) and any
   extra string fields the writer adds (a training run adds its step, say).
 
@@ -24,16 +24,17 @@ The file helpers (``atomic_write``, ``atomic_path``, ``make_folder``,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from .config import ModelConfig
 from .files import (MAX_HEADER_BYTES, atomic_path, atomic_write, check_header_entries, make_folder, read_head,
-                    read_safetensors, refuse_to_replace, starts_like_safetensors, write_safetensors)
+                    read_safetensors, reading, refuse_to_replace, starts_like_safetensors, write_safetensors)
 from .limits import parse_json
 from .nn import Transformer, model_dtype
-from .tokenizing import TextTokenizer, tokenizer_from_json
+from .tokenizers import TextTokenizer, tokenizer_from_json
 
 __all__ = [
     "FORMAT", "VERSION", "atomic_write", "atomic_path", "make_folder", "save_model", "load_model",
@@ -84,8 +85,8 @@ def read_header(path) -> tuple[dict, dict[str, str]]:
         raise ValueError(f"model file {str(path)!r} does not exist")
     if not path.is_file():
         raise ValueError(f"model file {str(path)!r} is not a regular file")
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with reading(path, "model file"), open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
             raise ValueError(f"{str(path)!r} is not a glassllm model file: only {size} bytes long")
@@ -178,10 +179,7 @@ def load_model(path, dtype=None, mmap: bool = True):
     config.check_tables(Path(path).stat().st_size, name)
 
     target = dtype if dtype is not None else _DTYPES[max(stored_dtypes)]  # "F64" > "F32"
-    try:
-        state = read_safetensors(path, set(expected), mmap=mmap)
-    except OSError as e:
-        raise ValueError(f"{name!r}: cannot read tensors: {e.strerror or e}") from None
+    state = read_safetensors(path, set(expected), mmap=mmap)          # (one line if the file cannot be read)
     model = Transformer(config, dtype=target, init=False)
     try:
         model.load_state_dict(state, copy=not mmap)

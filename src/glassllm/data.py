@@ -48,9 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_path, make_folder
+from .files import atomic_path, folder_texts, make_folder, one_or_many, read_file
 from .optional import require
-from .tokenizer import EOT, folder_texts
+from .tokenizers.corpus import EOT
 
 __all__ = [
     "expand_paths", "file_sha256", "text_sha256s", "token_ids", "WindowSampler", "doc_start_id", "doc_starts",
@@ -70,10 +70,8 @@ def expand_paths(paths) -> list[Path]:
 
     Raises ValueError for a missing path, an empty folder, or no files at all.
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
     files: list[Path] = []
-    for raw in paths:
+    for raw in one_or_many(paths):
         path = Path(raw)
         if path.is_dir():
             found = folder_texts(path)
@@ -344,7 +342,7 @@ def shipped_text(spec, folder) -> Path:
     target = make_folder(folder) / source.name.removesuffix(".xz")
     if not target.is_file() or target.stat().st_mtime < source.stat().st_mtime:
         try:
-            data = lzma.decompress(source.read_bytes())
+            data = lzma.decompress(read_file(source))
         except lzma.LZMAError as e:
             raise ValueError(f"{spec}: {str(source)!r} cannot be decompressed ({e})") from None
         with atomic_path(target) as tmp:
@@ -434,8 +432,7 @@ def resolve_sources(specs, cache_dir=None, endpoint: str | None = None, progress
     ``glassllm:stories``), an alias from :data:`HUB_SOURCES` (``tinystories:train`` ...) or
     ``hf:OWNER/NAME/FILE`` (a file of any hub dataset).
     """
-    if isinstance(specs, (str, os.PathLike)):
-        specs = [specs]
+    specs = one_or_many(specs)
     cache = Path(cache_dir or default_cache_dir())
     local = []
     for spec in specs:

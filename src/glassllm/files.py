@@ -1,4 +1,10 @@
-"""Files, at the ground floor: atomic writes, folders, and safetensors read and written with NumPy alone.
+"""Files, at the ground floor: reading, atomic writes, folders, and safetensors read and written with NumPy alone.
+
+Every file glassllm reads whole, or opens to read, goes through :func:`read_file` or
+:func:`open_file`: a file that is missing or cannot be read is one ``ValueError`` line,
+``cannot read 'FILE': reason``. Wherever glassllm takes text to read -- "a str of text, a path,
+or an iterable of them" -- :func:`texts_and_files` says which items are text and which are
+files (:func:`is_path`), and the files a folder stands for (:func:`text_files`).
 
 Every file glassllm writes goes through :func:`atomic_path` or :func:`atomic_write`:
 the data goes to a temporary file in the same folder, is flushed to disk and
@@ -20,12 +26,14 @@ import os
 import stat
 import struct
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
+    "reading", "read_file", "open_file", "one_or_many", "is_path", "folder_texts", "text_files", "texts_and_files",
     "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
     "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "write_safetensors", "read_tagged",
     "MAX_HEADER_BYTES", "safetensors_header", "check_header_entries",
@@ -35,6 +43,100 @@ from .checks import is_int
 from .limits import LIMITS, limit, parse_json
 
 MAX_HEADER_BYTES = limit("header_bytes")  # a safetensors header of a model is a few KB; refuse anything absurd
+
+
+# -- reading --------------------------------------------------------------------------
+
+@contextmanager
+def reading(path, what: str = ""):
+    """Inside the block, an ``OSError`` (a missing file, a folder, no permission, a failing disk) becomes
+    the one ``ValueError`` line ``cannot read [what ]'path': reason``; ``what`` names the kind of file,
+    e.g. ``"tokenizer file"``."""
+    try:
+        yield
+    except OSError as e:
+        raise ValueError(f"cannot read {_label(path, what)}: {e.strerror or e}") from None
+
+
+def _label(path, what: str) -> str:
+    return f"{what} {str(path)!r}" if what else repr(str(path))
+
+
+def open_file(path, mode: str = "rb", what: str = "", **options):
+    """``open(path, mode, **options)`` for reading, with :func:`reading`'s one-line error."""
+    with reading(path, what):
+        return open(path, mode, **options)
+
+
+def read_file(path, what: str = "", max_bytes: int | None = None, limit_of: str = "") -> bytes:
+    """The bytes of the file ``path``, with :func:`reading`'s one-line error.
+
+    With ``max_bytes``, a larger file is refused before it is read: ``[what ]'path' is N bytes, over the
+    limit of M[ for limit_of]``.
+    """
+    with reading(path, what), open(path, "rb") as f:
+        if max_bytes is not None and (size := os.fstat(f.fileno()).st_size) > max_bytes:
+            raise ValueError(f"{_label(path, what)} is {size:,} bytes, over the limit of {max_bytes:,}"
+                             + (f" for {limit_of}" if limit_of else ""))
+        return f.read()
+
+
+def one_or_many(value, what: str = "a path") -> Iterable:
+    """The items of ``value``: a str or a path is one item; any other iterable (but bytes) is its own items,
+    read as they come (a generator is not read ahead). Anything else is a ``TypeError`` line: ``expected
+    {what}, or an iterable of them``."""
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise TypeError(f"expected {what}, or an iterable of them, got {type(value).__name__}")
+    return value
+
+
+def is_path(item: str) -> bool:
+    """Whether a str names a file or folder rather than being text itself.
+
+    It must be one line and end in ``.txt``, or be an existing file, or hold
+    a ``/`` (or ``os.sep``) and exist. Anything else is text (so ``"."`` is
+    text); pass ``pathlib.Path`` to leave no doubt.
+    """
+    if len(item) > 4096 or "\n" in item or "\x00" in item:
+        return False
+    if item.lower().endswith(".txt") or os.path.isfile(item):
+        return True
+    return ("/" in item or os.sep in item) and os.path.exists(item)
+
+
+def folder_texts(folder: Path) -> list[Path]:
+    """Every *.txt file below ``folder`` (sorted), hidden files and folders left out: the files a
+    folder stands for, to the tokenizers and to ``glassllm train --data`` (:func:`glassllm.data.expand_paths`)."""
+    return sorted(f for f in folder.rglob("*.txt")
+                  if f.is_file() and not any(part.startswith(".") for part in f.relative_to(folder).parts))
+
+
+def text_files(path) -> list[Path]:
+    """The files a path stands for: itself, or :func:`folder_texts` of a folder."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        return folder_texts(p)
+    raise ValueError(f"no such file or folder: {str(path)!r}")
+
+
+def texts_and_files(source) -> Iterator[str | Path]:
+    """The items of ``source`` -- a str of text, a path, or an iterable of them -- in order: each a str
+    of text, or the ``Path`` of a file (a path to a folder gives its :func:`folder_texts`).
+
+    Paths are any ``os.PathLike``, or a ``str`` that :func:`is_path` accepts. Anything else is a
+    ``TypeError`` line.
+    """
+    for item in one_or_many(source, "text, a path"):
+        if isinstance(item, os.PathLike) or (isinstance(item, str) and is_path(item)):
+            yield from text_files(item)
+        elif isinstance(item, str):
+            yield item
+        else:
+            raise TypeError(f"expected a str of text or a path, got {type(item).__name__}")
 
 
 @contextmanager
@@ -128,9 +230,9 @@ def refuse_to_replace(path, what: str, kind: str, is_kind, inputs=()) -> None:
                          "file, or remove it first")
 
 
-def read_head(path, n: int = 4096) -> bytes:
-    """The first ``n`` bytes of the file ``path``."""
-    with open(path, "rb") as f:
+def read_head(path, n: int = 4096, what: str = "") -> bytes:
+    """The first ``n`` bytes of the file ``path`` (:func:`open_file`'s one-line error if it cannot be read)."""
+    with reading(path, what), open(path, "rb") as f:
         return f.read(n)
 
 
@@ -257,8 +359,8 @@ def safetensors_header(path, dtypes=tuple(_ST_DTYPES)) -> tuple[dict, dict, int]
     (:mod:`glassllm.limits`) and checked entry by entry (:func:`check_header_entries`) before any tensor
     data is touched. Anything malformed is one ``ValueError`` line naming the file."""
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with reading(path), open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
         if n < 2 or 8 + n > size or n > MAX_HEADER_BYTES:
@@ -321,7 +423,8 @@ def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) ->
     Integer and BOOL tensors keep their type too. F16 and BF16 are widened to float32 exactly,
     tensor by tensor, here, when the file is read (each widened tensor is an ordinary array of twice
     the bytes). ``mmap=False`` reads every tensor into memory of its own. A malformed header or a
-    tensor whose offsets do not fit the file is one ``ValueError`` line naming the file.
+    tensor whose offsets do not fit the file, or a file that cannot be read (:func:`reading`), is one
+    ``ValueError`` line naming the file.
 
     A mapped file must not be rewritten in place while its arrays live (glassllm never does: its
     writes replace a file by renaming, and the mapped old file stays intact).
@@ -330,7 +433,7 @@ def read_safetensors(path, wanted: set[str] | None = None, mmap: bool = True) ->
 
     header, _, start = safetensors_header(path)
     out = {}
-    with open(path, "rb") as f:
+    with reading(path), open(path, "rb") as f:
         mapped = None
         if mmap and os.fstat(f.fileno()).st_size > start:
             mapped = mmap_module.mmap(f.fileno(), 0, access=mmap_module.ACCESS_COPY)

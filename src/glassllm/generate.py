@@ -18,7 +18,7 @@ The policies this module fixes (each is tested):
 - **Stopping**: a row stops at one of the tokenizer's ``end_ids`` (the record
   for it is yielded, with ``text = ""`` and ``finish = "eot"``): ``<|endoftext|>``
   for glassllm's own tokenizer; ``</s>`` or ``<s>`` for a SentencePiece Llama
-  (see :mod:`glassllm.sptokenizer`), after ``max_new_tokens`` tokens
+  (see :mod:`glassllm.tokenizers.sentencepiece`), after ``max_new_tokens`` tokens
   (``finish = "length"``), or when its generated text -- not the prompt --
   contains one of the ``stop`` strings (``finish = "stop"``). The token that
   completes a stop string is yielded, so **the stop string is included** in the
@@ -69,7 +69,7 @@ from .autograd import no_grad
 from .checks import ParameterError, ParameterTypeError, check_int, is_int
 from .nn import Transformer
 from .sampling import check_temperature, check_top_k, check_top_p, model_probs, sample, sampling_distribution
-from .tokenizing import TextTokenizer
+from .tokenizers import TextTokenizer
 
 __all__ = ["Token", "generate", "generate_batch", "generate_text", "prompt_ids"]
 
@@ -188,7 +188,7 @@ def generate(model: Transformer, tokenizer, prompt, max_new_tokens: int = 128, t
     """Continue ``prompt`` token by token, yielding a :class:`Token` as each is drawn.
 
     model: a :class:`~glassllm.nn.Transformer`; tokenizer: its
-    tokenizer (:class:`~glassllm.tokenizing.TextTokenizer`), or None when ``prompt`` is ids (then
+    tokenizer (:class:`~glassllm.tokenizers.base.TextTokenizer`), or None when ``prompt`` is ids (then
     records have no text and ``<|endoftext|>`` does not stop generation).
     prompt: a str or a sequence of ids. ``seed``: an int or a ``np.random.Generator``.
     ``alternatives``: how many of the model's most likely ids to attach to each

@@ -28,7 +28,7 @@ RoPE layout: *interleaved pairs*, as in the RoPE paper and Meta's reference
 code: features (2i, 2i+1) of each head form one pair rotated by angle
 ``pos * theta**(-2i/D)``. Hugging Face's Llama uses *split halves* (feature i
 pairs with i + D/2); exporting permutes the rows of wq and wk within each
-head (see :mod:`glassllm.hf`).
+head (see :mod:`glassllm.interop.hf`).
 
 Snapshots. Every module names the intermediate tensors it computes; a tracer
 (:mod:`glassllm.trace`) attached with :meth:`Module.set_tracer` receives each

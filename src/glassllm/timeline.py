@@ -20,7 +20,7 @@ the run's checkpoints as ``timeline.safetensors`` and resumed with it;
 
 >>> from glassllm.nn import Transformer
 >>> from glassllm.config import ModelConfig
->>> from glassllm.tokenizer import Tokenizer
+>>> from glassllm.tokenizers import Tokenizer
 >>> tok = Tokenizer.train("the cat sat on the mat. " * 20, vocab_size=260)
 >>> model = Transformer(ModelConfig(vocab_size=260, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
 ...                                 ffn_dim=64, max_seq_len=64), seed=0)

@@ -1,8 +1,8 @@
-"""``glassllm export FILE --format hf DIR``: write a model file as a Hugging Face Llama folder (:mod:`glassllm.hf`)."""
+"""``glassllm export FILE --format hf DIR``: write a model file as a Hugging Face Llama folder (:mod:`glassllm.interop.hf`)."""
 
 from __future__ import annotations
 
-from ..hf import export_hf
+from ..interop.hf import export_hf
 
 __all__ = ["add_cli", "run"]
 

@@ -1,11 +1,11 @@
 """``glassllm import SOURCE OUT`` (and ``import-hf``, its older name): a Llama you have as a model file
-(:mod:`glassllm.importer`)."""
+(:mod:`glassllm.interop.importer`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..importer import import_model
+from ..interop.importer import import_model
 
 __all__ = ["add_cli", "run"]
 

@@ -1,4 +1,4 @@
-"""``glassllm tokenize``: train a tokenizer on text files, or show how one splits text (:mod:`glassllm.tokenizer`)."""
+"""``glassllm tokenize``: train a tokenizer on text files, or show how one splits text (:mod:`glassllm.tokenizers`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from .. import checkpoint
 from ..files import read_head, refuse_to_replace, starts_like_safetensors
-from ..tokenizer import FORMAT, Tokenizer
-from ..tokenizing import TextTokenizer, load_tokenizer, tokenizer_from_json
+from ..tokenizers import TextTokenizer, Tokenizer, load_tokenizer, tokenizer_from_json
+from ..tokenizers.document import FORMAT
 
 __all__ = ["add_cli", "run", "tokenizer_from_file"]
 
@@ -63,11 +63,7 @@ def tokenizer_from_file(path) -> TextTokenizer:
         path = checkpoint.bundled_model_path()
         if not path.exists():
             raise ValueError("no bundled model in this installation; pass --tokenizer FILE")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(9)
-    except OSError as e:
-        raise ValueError(f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    head = read_head(path, 9)
     # Anything but a model file is read as a tokenizer file, which names its own problems.
     if not starts_like_safetensors(head):
         return load_tokenizer(path)

@@ -19,7 +19,7 @@ from ..config import ModelConfig
 from ..data import (DEFAULT_TRAIN, DEFAULT_VALID, REPEAT_TOKENS, hub_source, resolve_sources, shipped_source,
                     text_sha256s)
 from ..optional import require
-from ..tokenizer import Tokenizer
+from ..tokenizers import Tokenizer
 from ..train import DTYPES, RECIPES, Trainer, TrainConfig, blas_threads, lock_run_folder
 from ..train.trainer import PROGRESS
 
@@ -254,7 +254,7 @@ def _init_model(spec: str, args, config: TrainConfig, model_opts: dict):
     """``(weights, tokenizer, model options)`` of ``--init-from spec``: its parameters, its tokenizer, and its
     architecture (its context grown to ``--seq-len`` if that is longer)."""
     from .. import checkpoint
-    from ..importer import load_source
+    from ..interop.importer import load_source
 
     if args.tokenizer:
         raise ValueError(f"--tokenizer {args.tokenizer} cannot be used with --init-from: the model keeps its "

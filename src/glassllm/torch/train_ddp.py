@@ -165,7 +165,7 @@ def run(config: TrainConfig | None, model_config: ModelConfig | None, data, out_
     ``data``: files or folders of text. ``config``/``model_config`` are ignored
     when resuming (the saved ones are used). Raises ValueError for bad input.
     """
-    from ..tokenizer import Tokenizer
+    from ..tokenizers import Tokenizer
 
     world = _World(backend)
     try:
@@ -337,7 +337,7 @@ def main(argv=None) -> int:
     """Entry point; bad input is one line on stderr and exit code 2."""
     import shlex
 
-    from ..tokenizer import Tokenizer
+    from ..tokenizers import Tokenizer
 
     args = build_parser().parse_args(argv)
     try:

@@ -183,7 +183,7 @@ def read_trace_file(path) -> tuple[dict, list[tuple[dict, dict]]]:
     except zipfile.BadZipFile as e:
         raise ValueError(f"{str(path)!r} is not a trace file: {e}") from None
     except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
-        raise ValueError(f"{str(path)!r}: cannot read: {e}") from None
+        raise ValueError(f"cannot read {str(path)!r}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _read_trace(z: zipfile.ZipFile, where: str, size: int) -> tuple[dict, list[tuple[dict, dict]]]:

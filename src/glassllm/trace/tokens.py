@@ -13,7 +13,7 @@ def to_str_tokens(tokenizer, text_or_ids) -> list[str]:
     (``<|endoftext|>`` is one special token). Pieces are ``tokenizer.piece``:
     incomplete UTF-8 shows as ``\\xNN`` escapes, control characters as ``\\n``, ``\\t``.
 
-    >>> from glassllm.tokenizer import Tokenizer
+    >>> from glassllm.tokenizers import Tokenizer
     >>> tok = Tokenizer.train(["the cat sat on the mat. " * 30], vocab_size=262)
     >>> to_str_tokens(tok, "the cat<|endoftext|>")
     ['the', ' c', 'at', '<|endoftext|>']

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import signal
 import sys
@@ -31,14 +30,13 @@ import numpy as np
 from ..checkpoint import save_model
 from ..config import ModelConfig
 from ..data import WindowSampler, doc_start_id, doc_starts, expand_paths, text_sha256s, token_ids
-from ..files import make_folder
+from ..files import make_folder, one_or_many
 from ..limits import expect, parse_json
 from ..nn import Transformer
 from ..optim import AdamW
 from ..optional import available, install_hint, require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
-from ..tokenizer import Tokenizer
-from ..tokenizing import tokenizer_from_json
+from ..tokenizers import Tokenizer, tokenizer_from_json
 from .config import DTYPES, TrainConfig
 from .evaluate import EvalResult, evaluate
 from .folder import read_state, write_loss_csv, write_loss_png, write_state
@@ -115,7 +113,7 @@ class Trainer:
         out = make_folder(out_dir)
         # a path or a list of them; folders give their *.txt files (as on the command line)
         train_files = [f.resolve() for f in expand_paths(train_files)]
-        valid_files = [valid_files] if isinstance(valid_files, (str, os.PathLike)) else list(valid_files)
+        valid_files = list(one_or_many(valid_files))
         valid_files = [f.resolve() for f in expand_paths(valid_files)] if valid_files else []
         for files, what in ((train_files, "training"), (valid_files, "held-out")):
             if files and all(f.is_file() and f.stat().st_size == 0 for f in files):
