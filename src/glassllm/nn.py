@@ -43,10 +43,10 @@ live in :mod:`glassllm.kernels`, on a layer above this module; at the start of
 every forward the model asks the kernel dispatcher once, through
 :mod:`glassllm.dispatcher`, which layers may run one (it sets each layer's
 public ``kernel``), and calls its layers through :meth:`Module.run`, the one
-line that runs the chosen kernel or the reference. A layer whose snapshots a tracer wants
-always runs the code below. ``glassllm.kernels.plan(model, n=16)`` prints which
-path each layer takes and why; ``with glassllm.kernels.disabled():`` runs this
-code everywhere.
+line that runs the chosen kernel or the reference. A layer whose snapshots a
+tracer wants always runs the code below. ``glassllm.kernels.plan(model, n=16)``
+prints which path each layer takes and why; ``with glassllm.kernels.disabled():``
+runs this code everywhere.
 
 Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
 G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
