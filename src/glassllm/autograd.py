@@ -363,7 +363,8 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     e = np.exp(x - peak)                                                # every entry <= 1: no overflow
     total = e.sum(axis=axis, keepdims=True)
     total[total == 0] = 1.0                                             # an all -inf row: 0 / 1 = 0, not 0 / 0
-    return e / total
+    e /= total
+    return e
 
 
 def log_softmax_np(x, axis: int = -1) -> np.ndarray:
