@@ -360,7 +360,8 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
         x = x.astype(np.float64)
     peak = x.max(axis=axis, keepdims=True)
     peak[np.isneginf(peak)] = 0.0                                       # an all -inf row: no shift
-    e = np.exp(x - peak)                                                # every entry <= 1: no overflow
+    e = x - peak
+    np.exp(e, out=e)                                                    # every entry <= 1: no overflow
     total = e.sum(axis=axis, keepdims=True)
     total[total == 0] = 1.0                                             # an all -inf row: 0 / 1 = 0, not 0 / 0
     e /= total
