@@ -37,7 +37,7 @@ OPS = ["add", "sub", "mul", "div", "neg", "pow", "matmul", "sum", "mean", "exp",
 def instrument():
     """Wrap the ops; returns (forward seconds, backward seconds) counters keyed by op name."""
     from glassllm import autograd as ag
-    from glassllm.kernels import dense, flash, mlp, norm
+    from glassllm.ops import dense, flash, linear, mlp, norm
 
     clock = time.thread_time
     fwd, bwd = collections.Counter(), collections.Counter()
@@ -74,7 +74,7 @@ def instrument():
     for name in OPS:
         if hasattr(ag, name):                 # (older versions lack some ops; profile what is there)
             wrap(ag, name)
-    for module, name in ((dense, "attention"), (norm, "rms_norm"), (mlp, "swiglu"),
+    for module, name in ((dense, "attention"), (norm, "rms_norm"), (mlp, "swiglu"), (linear, "linear_stacked"),
                          (flash, "flash_attention"), (flash, "self_attention")):
         wrap(module, name)                    # the kernels' fused ops, where the kernels look them up
     return fwd, bwd

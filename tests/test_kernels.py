@@ -1,14 +1,18 @@
-"""Every registered kernel against the reference it replaces, on the same inputs.
+"""Every registered kernel and every fast array operation against what it replaces, on the same inputs.
 
-One table, ``ROWS``: a row per kernel of :data:`glassllm.kernels.KERNELS`. Each
-row builds a layer (or a model) of a small config with trained-scale weights,
-and its inputs; the test runs the layer's call once with exactly that kernel
-chosen by the dispatcher and once on the reference ``__call__`` (every kernel
-switched off), then compares the outputs and the gradients of a random
-cotangent with respect to the inputs and every parameter: float64 to 1e-12,
-float32 to 1e-5 (relative to the largest entry), as tinygrad's ``test_ops``
-compares each op with PyTorch. Adding a kernel = one registration + one row
-here; ``test_every_kernel_has_a_row`` fails until the row exists.
+One table, ``ROWS``: a row per kernel of :data:`glassllm.kernels.KERNELS` and
+per operation of :data:`glassllm.ops.OPS`. A kernel's row builds a layer (or a
+model) of a small config with trained-scale weights, and its inputs; the test
+runs the layer's call once with exactly that kernel chosen by the dispatcher
+and once on the reference ``__call__`` (every kernel switched off), then
+compares the outputs and the gradients of a random cotangent with respect to
+the inputs and every parameter. An operation's row compares it with the plain
+formula it replaces, spelled out with the primitives of
+:mod:`glassllm.autograd` or with NumPy (values, and gradients where it is an
+op). Float64 to 1e-12, float32 to 1e-5 (relative to the largest entry), as
+tinygrad's ``test_ops`` compares each op with PyTorch. Adding a kernel = one
+registration + one row here; ``test_every_kernel_has_a_row`` fails until the
+row exists, and every row must make at least one comparison.
 
 The other tests: a kernel produces exactly the snapshots it does not declare as
 skipped; a traced name always runs the reference; ``kernels.disabled()`` runs
@@ -18,7 +22,6 @@ model's loss and gradients.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,11 +30,12 @@ import pytest
 
 from glassllm_testing import TeachingTracer, randomize
 from glassllm import autograd as ag
-from glassllm import kernels
-from glassllm.autograd import Tensor, no_grad
+from glassllm import kernels, ops
+from glassllm.autograd import Tensor, no_grad, rotate
 from glassllm.config import ModelConfig
 from glassllm.kernels import FLASH_MIN_QUERIES, KERNELS, FastDecoder
-from glassllm.nn import Transformer
+from glassllm.nn import Transformer, causal_mask
+from glassllm.positions import positions
 
 CONFIG = ModelConfig(vocab_size=61, dim=48, n_layers=2, n_heads=6, n_kv_heads=2, ffn_dim=80,
                      max_seq_len=FLASH_MIN_QUERIES + 40, norm_eps=1e-5, rope_theta=500.0)
@@ -46,11 +50,8 @@ def model_of(dtype, seed=0) -> Transformer:
 
 def rope_of(model, start, n, pad=None):
     """(cos, sin) as Transformer.__call__ makes them for positions start .. start+n-1."""
-    if pad is None:
-        return model.rotary.tables(np.arange(start, start + n))
-    positions = np.maximum(np.arange(start, start + n)[None, :] - pad[:, None], 0)
-    cos, sin = model.rotary.tables(positions)
-    return cos[:, None], sin[:, None]
+    cos, sin = model.rotary.tables(positions(start, start + n, pad))
+    return (cos, sin) if pad is None else (cos[:, None], sin[:, None])
 
 
 def filled_cache(model, batch, start, rng, pad=None):
@@ -111,7 +112,106 @@ def feed_forward_case(dtype, rng):
     return Case(model.layers[0].feed_forward, [x], lambda layer, x: layer.run(x), 9, 9)
 
 
-# kernel name -> its cases (builders: dtype, rng -> Case)
+@dataclass
+class OpCase:
+    """An array operation and the plain formula it replaces: ``fast(*inputs)`` against ``plain(*inputs)``
+    on copies of the same ``arrays``; with ``grads`` the inputs are tensors and the gradients of a
+    random cotangent are compared too."""
+
+    fast: Callable
+    plain: Callable
+    arrays: list
+    grads: bool = False
+
+
+def spelled_attention(q, k, v, mask, scale):
+    """Grouped-query attention in the small primitives: expand K/V, scores, mask, softmax, mix."""
+    r = q.shape[1] // k.shape[1]
+    k, v = ag.repeat_interleave(k, r, axis=1), ag.repeat_interleave(v, r, axis=1)   # (B, H, m, D)
+    scores = ag.matmul(q, k.transpose(0, 1, 3, 2)) * scale                          # (B, H, n, m)
+    scores = ag.masked_fill(scores, mask, -np.inf)
+    return ag.matmul(ag.softmax(scores, axis=-1), v)                                # (B, H, n, D)
+
+
+def by_pairs(x, cos, sin):
+    """RoPE's pair formula, (x0 c - x1 s, x0 s + x1 c) for each pair (x[2i], x[2i+1]), in NumPy."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return np.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], axis=-1).reshape(x.shape)
+
+
+def normal(rng, dtype, *shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def attention_op_case(dt, rng, B=2, H=6, G=2, n=5, start=3, pad=None):
+    m, D = start + n, 4
+    mask = causal_mask(n, m, start, None if pad is None else np.array(pad))             # (n, m) | (B, n, m)
+    mask = mask if pad is None else mask[:, None]
+    return OpCase(lambda q, k, v: ops.attention(q, k, v, mask, 0.5),
+                  lambda q, k, v: spelled_attention(q, k, v, mask, 0.5),
+                  [normal(rng, dt, B, H, n, D), normal(rng, dt, B, G, m, D), normal(rng, dt, B, G, m, D)], True)
+
+
+def flash_op_case(dt, rng, B=2, H=4, G=2, n=21, start=6, pad=None):
+    m, D = start + n, 4
+    pad = None if pad is None else np.array(pad)
+    mask = causal_mask(n, m, start, pad)
+    mask = mask if pad is None else mask[:, None]
+    return OpCase(lambda q, k, v: ops.flash_attention(q, k, v, 0.4, start, pad, 4, 8),
+                  lambda q, k, v: spelled_attention(q, k, v, mask, 0.4),
+                  [normal(rng, dt, B, H, n, D), normal(rng, dt, B, G, m, D), normal(rng, dt, B, G, m, D)], True)
+
+
+def self_attention_op_case(dt, rng, pad=None):
+    B, H, G, n, D = 2, 4, 2, 19, 4
+    pad = None if pad is None else np.array(pad)
+    angles = positions(0, n, pad)[..., None] * 10.0 ** (-np.arange(D // 2) / (D // 2))   # (n|B, n, D/2)
+    cos, sin = np.cos(angles).astype(dt), np.sin(angles).astype(dt)
+    if pad is not None:
+        cos, sin = cos[:, None], sin[:, None]                                           # (B, 1, n, D/2)
+    mask = causal_mask(n, n, 0, pad)
+    mask = mask if pad is None else mask[:, None]
+
+    def plain(qkv):
+        q, k, v = ag.split(qkv, [H * D, G * D, G * D], axis=-1)
+        q, k, v = (t.reshape(B, n, -1, D).transpose(0, 2, 1, 3) for t in (q, k, v))     # (B, H|G, n, D)
+        mix = spelled_attention(ag.rope(q, cos, sin), ag.rope(k, cos, sin), v, mask, 1.0 / np.sqrt(D))
+        return mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)                           # (B, n, H*D)
+    return OpCase(lambda qkv: ops.self_attention(qkv, H, G, cos, sin, pad, 8, 8), plain,
+                  [normal(rng, dt, B, n, (H + 2 * G) * D)], True)
+
+
+def rope_table_case(dt, rng, pad=None):
+    B, n, H, D = 2, 5, 3, 6
+    pos = positions(4, 4 + n, None if pad is None else np.array(pad))                  # (n,) | (B, n)
+    angles = pos[..., None] * 10.0 ** (-np.arange(D // 2) / (D // 2))
+    cos, sin = np.cos(angles).astype(dt), np.sin(angles).astype(dt)                     # (n|B, n, D/2)
+    table = (cos, sin) if pad is None else (cos[:, None], sin[:, None])                 # (B, 1, n, D/2) with pad
+    return OpCase(lambda x: rotate(x, ops.rope_table(*table, H, x.dtype)),
+                  lambda x: by_pairs(x, cos[..., None, :], sin[..., None, :]),          # x (B, n, H, D)
+                  [normal(rng, dt, B, n, H, D)])
+
+
+def rotation_matrices_case(dt, rng):
+    angles = np.arange(16)[:, None] * 10.0 ** (-np.arange(4) / 4)                       # (16, D/2)
+    cos, sin = np.cos(angles).astype(dt), np.sin(angles).astype(dt)
+    return OpCase(lambda x: np.einsum("pd,pde->pe", x, ops.rotation_matrices(cos, sin)),  # x @ R[p], row by row
+                  lambda x: by_pairs(x, cos, sin), [normal(rng, dt, 16, 8)])
+
+
+def softmax_case(dt, rng, copy):
+    s = normal(rng, dt, 2, 3, 5, 7, scale=10.0)
+    s[0, 1, 2] = -np.inf                                                                # a row with no legal key
+    s[1, 0, :, 3] = -np.inf
+    return OpCase(lambda s: ops.softmax_inplace(s, copy=copy), ag.softmax_np, [s])
+
+
+def row_sums_case(dt, rng, view, axis):
+    x = normal(rng, dt, 3, 5, 40, scale=10.0)
+    return OpCase(lambda x: ops.row_sums(view(x), axis), lambda x: view(x).sum(axis=axis, keepdims=True), [x])
+
+
+# name -> its cases (builders: dtype, rng -> Case, DecodeCase or OpCase)
 ROWS: dict[str, list[Callable]] = {
     "tiled_self_attention": [
         lambda dt, rng: attention_case(dt, rng, B=2, n=FLASH_MIN_QUERIES + 3),
@@ -133,6 +233,26 @@ ROWS: dict[str, list[Callable]] = {
         lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (2, 9)), pad=[0, 3], steps=4),
         lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (1, 5)), pad=None, steps=3),
     ],
+    # The array operations of glassllm.ops against the plain formulas.
+    "attention": [attention_op_case, lambda dt, rng: attention_op_case(dt, rng, B=3, pad=[0, 2, 8])],  # a dead row
+    "flash_attention": [flash_op_case, lambda dt, rng: flash_op_case(dt, rng, B=3, pad=[0, 5, 30])],
+    "self_attention": [self_attention_op_case, lambda dt, rng: self_attention_op_case(dt, rng, pad=[0, 7])],
+    "rms_norm": [lambda dt, rng: OpCase(lambda x, w: ops.rms_norm(x, w, 1e-5),
+                                        lambda x, w: x / ag.sqrt(ag.mean(x * x, axis=-1, keepdims=True) + 1e-5) * w,
+                                        [normal(rng, dt, 2, 7, 12, scale=3.0), normal(rng, dt, 12)], True)],
+    "swiglu": [lambda dt, rng: OpCase(ops.swiglu, lambda a: ag.silu(a[..., :5]) * a[..., 5:],
+                                      [normal(rng, dt, 3, 4, 10, scale=4.0)], True)],
+    "linear_stacked": [lambda dt, rng: OpCase(
+        lambda x, a, b, c: ops.linear_stacked(x, (a, b, c)),
+        lambda x, a, b, c: ag.concatenate([ag.linear(x, a), ag.linear(x, b), ag.linear(x, c)], -1),
+        [normal(rng, dt, *shape) for shape in ((2, 5, 6), (4, 6), (3, 6), (2, 6))], True)],
+    "softmax_inplace": [lambda dt, rng: softmax_case(dt, rng, copy=False),
+                        lambda dt, rng: softmax_case(dt, rng, copy=True)],
+    "row_sums": [lambda dt, rng: row_sums_case(dt, rng, lambda x: x, -1),                      # the GEMV
+                 lambda dt, rng: row_sums_case(dt, rng, lambda x: x[:, :, ::2], -1),           # strided: NumPy's
+                 lambda dt, rng: row_sums_case(dt, rng, lambda x: x, 0)],
+    "rope_table": [rope_table_case, lambda dt, rng: rope_table_case(dt, rng, pad=[0, 6])],
+    "rotation_matrices": [rotation_matrices_case],
 }
 
 
@@ -166,22 +286,37 @@ def _compare_decoding(case: DecodeCase, dtype):
         tokens = want.argmax(axis=-1)[:, None]
 
 
+def _compare_op(case: OpCase, dtype, name):
+    """The operation against its plain formula on copies of the same inputs (and, for an op, gradients)."""
+    if not case.grads:
+        got, want = case.fast(*[a.copy() for a in case.arrays]), case.plain(*[a.copy() for a in case.arrays])
+        assert_close(np.asarray(got), np.asarray(want), dtype, name)
+        return
+    results = []
+    for fn in (case.fast, case.plain):
+        ts = [Tensor(a.copy(), requires_grad=True) for a in case.arrays]
+        out = fn(*ts)
+        out.backward(np.random.default_rng(7).standard_normal(out.shape).astype(dtype))
+        results.append([out.data] + [t.grad for t in ts])
+    for i, (got, want) in enumerate(zip(*results)):
+        assert_close(got, want, dtype, f"{name}: {'out' if i == 0 else f'd input {i - 1}'}")
+
+
 def test_every_kernel_has_a_row():
-    assert set(ROWS) == set(KERNELS), "a registered kernel needs a row in ROWS (and a row, a kernel)"
+    assert set(ROWS) == set(KERNELS) | set(ops.OPS), \
+        "each registered kernel and each operation of glassllm.ops needs a row in ROWS (and a row, one of them)"
     empty = [name for name, builders in ROWS.items() if not builders]
     assert not empty, f"{empty} have no comparison in ROWS: each kernel needs at least one real case"
     for name, kernel in KERNELS.items():
         assert kernel.reference and kernel.replaces and kernel.doc, f"{name} must say what it replaces and why"
 
 
-def _replaced_class(kernel):
-    module, _, cls = kernel.replaces.rpartition(".")
-    return getattr(importlib.import_module(module), cls)
-
-
 def test_every_kernel_replaces_a_real_layer_and_skips_real_names():
+    from glassllm import nn
+
     for kernel in KERNELS.values():
-        cls = _replaced_class(kernel)
+        cls = kernel.replaces
+        assert cls is getattr(nn, cls.__name__) and issubclass(cls, nn.Module)
         assert kernel in kernels.kernels_for(cls)
         if kernel.skips != ("*",):
             assert set(kernel.skips) <= set(cls.SNAPSHOTS), f"{kernel.name} skips names {cls.__name__} lacks"
@@ -206,7 +341,11 @@ def _run(case, grads_of, kernel=None):
     return [out.data] + [t.grad for t in ts] + [p.grad for p in layer.parameters()]
 
 
+COMPARED = [0]          # comparisons made by assert_close (each row must make at least one)
+
+
 def assert_close(got, want, dtype, what):
+    COMPARED[0] += 1
     assert got.dtype == want.dtype == dtype, f"{what}: dtype {got.dtype} / {want.dtype}, expected {dtype}"
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
     assert np.all(np.isfinite(got)), f"{what}: not finite"
@@ -221,9 +360,17 @@ def assert_close(got, want, dtype, what):
 def test_kernel_equals_its_reference(name, index, dtype):
     rng = np.random.default_rng(100 + index)
     case = ROWS[name][index](dtype, rng)
+    before = COMPARED[0]
     if isinstance(case, DecodeCase):
         _compare_decoding(case, dtype)
-        return
+    elif isinstance(case, OpCase):
+        _compare_op(case, dtype, name)
+    else:
+        _compare_layer(case, dtype, name)
+    assert COMPARED[0] > before, f"{name} row {index} compared nothing"
+
+
+def _compare_layer(case, dtype, name):
     cotangent = np.random.default_rng(7)
 
     def grads_of(shape):
@@ -241,8 +388,8 @@ def test_kernel_equals_its_reference(name, index, dtype):
 def test_each_kernel_produces_every_snapshot_it_does_not_skip():
     """A tracer that wants only the names a kernel keeps sees exactly those, and the kernel still runs."""
     rng = np.random.default_rng(5)
-    for name, builders in ROWS.items():
-        for build in builders:
+    for name in KERNELS:
+        for build in ROWS[name]:
             case = build(np.float64, rng)
             if isinstance(case, DecodeCase):
                 continue                            # the lean decoder produces no snapshot at all (skips "*")
@@ -355,7 +502,8 @@ def test_the_layers_have_no_path_switches():
         for word in ("FLASH", "tracing", "_tracer", "flash", "fast"):
             assert word not in src, f"{cls.__name__}.__call__ mentions {word!r}"
         if cls is nn.Transformer:
-            assert src.count("kernels.") == 1, "the model asks the dispatcher once per forward, and only there"
+            assert src.count("dispatcher.") == 1 and "kernels." not in src, \
+                "the model asks the dispatcher once per forward, and only there"
         else:
             assert "kernel" not in src, f"{cls.__name__}.__call__ mentions a kernel"
 

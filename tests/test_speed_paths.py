@@ -1,12 +1,13 @@
 """Every fast path equals the slow path it replaces: values and gradients.
 
 The speed work added fused forms of things the teaching path spells out --
-stacked GEMMs (``linear(x, (wq, wk, wv))``), ``swiglu``, RoPE as one complex
+stacked GEMMs (``ops.linear_stacked(x, (wq, wk, wv))``), ``swiglu``, RoPE as one complex
 multiply, attention straight from the packed projections with RoPE inside
-(``kernels.flash.self_attention``), a softmax shift taken from a score bound instead
+(``ops.flash.self_attention``), a softmax shift taken from a score bound instead
 of a running maximum, in-place cross-entropy and embedding gradients -- and
 the model's kernels use them whenever no tracer looks inside (tests/test_kernels.py
-compares each kernel with the layer it replaces). Each is compared here
+compares each kernel with the layer it replaces, and each operation of
+:mod:`glassllm.ops` with the formula it replaces). Each is compared here
 with an independent form on the same inputs: float64 to 1e-12, float32 to
 1e-5 (relative to the largest entry). The last tests prove the memory claim:
 a training step at context 2,048 never holds a T x T buffer for a head.
@@ -24,7 +25,7 @@ import pytest
 
 from glassllm_testing import TeachingTracer, randomize
 from glassllm import autograd as ag
-from glassllm import kernels
+from glassllm import kernels, ops
 from glassllm.autograd import Tensor
 from glassllm.config import ModelConfig
 from glassllm.kernels import FLASH_MIN_QUERIES, flash
@@ -63,29 +64,16 @@ DTYPES = [np.float64, np.float32]
 # Stacked GEMMs, SwiGLU, RoPE, sigmoid
 # ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_stacked_linear_equals_separate_linears(dtype):
-    rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(s).astype(dtype) for s in ((2, 5, 6), (4, 6), (3, 6), (2, 6))]
-    g = rng.standard_normal((2, 5, 9)).astype(dtype)
-    fused = grads_of(lambda x, a, b, c: ag.linear(x, (a, b, c)), arrays, g)
-    spelled = grads_of(lambda x, a, b, c: ag.concatenate([ag.linear(x, a), ag.linear(x, b), ag.linear(x, c)], -1),
-                       arrays, g)
-    for name, got, want in zip(("out", "dx", "da", "db", "dc"), fused, spelled):
-        assert_close(got, want, dtype, name)
-
-
 def test_stacked_linear_names_bad_shapes():
     x = Tensor(np.zeros((2, 4)))
     with pytest.raises(ValueError, match="linear: weights"):
-        ag.linear(x, (Tensor(np.zeros((3, 4))), Tensor(np.zeros((3, 5)))))
+        ops.linear_stacked(x, (Tensor(np.zeros((3, 4))), Tensor(np.zeros((3, 5)))))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_row_sums_and_means_as_one_gemv_equal_numpy_reductions(dtype, keepdims):
-    # sum/mean over the last axis of a C-contiguous float array go through a
-    # GEMV with a ones vector; strided inputs, other axes and other dtypes do not.
+def test_sums_and_means_equal_float64_reductions(dtype, keepdims):
+    # Contiguous, strided and transposed inputs; float16 keeps NumPy's own mean.
     rng = np.random.default_rng(11)
     x = (rng.standard_normal((3, 5, 40)) * 10).astype(dtype)
     for a, what in ((x, "contiguous"), (x[:, :, ::2], "strided"), (x.transpose(2, 0, 1), "transposed")):

@@ -7,10 +7,11 @@ shows any model's attention weights. The inspector is imported on first use,
 so ``import glassllm`` needs NumPy alone. This file sits on the top layer of
 the package (it may call the inspector); it also makes the inspector's
 notebook view the one :meth:`glassllm.trace.Trace.show` uses
-(:mod:`glassllm.viewers`).
+(:mod:`glassllm.viewers`), and the kernel dispatcher the one the model asks
+(:mod:`glassllm.dispatcher`; the kernels are imported when a model is first built).
 """
 
-from . import viewers
+from . import dispatcher, viewers
 
 __version__ = "0.1.0"
 
@@ -36,3 +37,12 @@ def _show_trace(trace, tokenizer=None, **options):
 
 
 viewers.register_trace_viewer(_show_trace)
+
+
+def _kernel_dispatch():
+    from .kernels import dispatch
+
+    return dispatch
+
+
+dispatcher.install(_kernel_dispatch)

@@ -12,11 +12,11 @@ gradient of the op's output and returns one gradient per input (``None`` for
 an input that needs none).
 
 Besides the textbook primitives there are a few whose backward is derived by
-hand -- ``linear`` (which may also take several weight matrices as one GEMM),
-``rope`` and ``cross_entropy`` -- tested equal to the same computation spelled
-out with the small primitives. Fused operations that exist only for speed
-(fused attention, RMSNorm, SwiGLU, tiled attention) are kernels: they live in
-:mod:`glassllm.kernels`, which builds them on :func:`as_tensor` and
+hand -- ``linear``, ``rope`` and ``cross_entropy`` -- tested equal to the same
+computation spelled out with the small primitives. Operations that exist only
+for speed (fused attention, RMSNorm, SwiGLU, tiled attention, the stacked
+linear, the in-place softmax, RoPE's per-head layout) live in
+:mod:`glassllm.ops`, which builds them on :func:`as_tensor` and
 :func:`make_op`, the two public helpers for defining an op outside this module.
 
 dtype: float32 by default; float64 works everywhere (gradient checks use it).
@@ -38,7 +38,7 @@ from .checks import check_int
 
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op",
-    "softmax_np", "log_softmax_np", "logsumexp_np", "softmax_inplace", "sigmoid_np",
+    "softmax_np", "log_softmax_np", "logsumexp_np", "sigmoid_np",
     "add", "sub", "mul", "div", "neg", "pow", "rpow", "matmul", "sum", "mean", "exp",
     "log", "sqrt", "rsqrt", "sigmoid", "silu", "softmax", "log_softmax",
     "cross_entropy", "reshape", "transpose", "getitem", "embedding",
@@ -358,7 +358,14 @@ def softmax_np(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype.kind != "f":
         x = x.astype(np.float64)
-    return softmax_inplace(x, axis, copy=True)
+    peak = x.max(axis=axis, keepdims=True)
+    peak[np.isneginf(peak)] = 0.0                                       # an all -inf row: no shift
+    e = x - peak
+    np.exp(e, out=e)                                                    # every entry <= 1: no overflow
+    total = e.sum(axis=axis, keepdims=True)
+    total[total == 0] = 1.0                                             # an all -inf row: 0 / 1 = 0, not 0 / 0
+    e /= total
+    return e
 
 
 def log_softmax_np(x, axis: int = -1) -> np.ndarray:
@@ -405,33 +412,6 @@ def _shifted_log_total(x, axis: int):
     with np.errstate(divide="ignore"):
         log_total = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
     return shifted, log_total, dead
-
-
-def softmax_inplace(s: np.ndarray, axis: int = -1, copy: bool = False) -> np.ndarray:
-    """Softmax of a float array, overwriting it (one temporary per row, not per entry).
-
-    With ``copy`` the input is left alone: the shifted scores ``s - max`` are
-    the new array (one pass, where a copy and then a subtraction would be two).
-    The row maximum uses ``fmax`` (no NaN bookkeeping; a NaN row stays NaN
-    through exp anyway); rows of the last axis are summed by a matrix-vector
-    product, several times faster than a reduction over short rows.
-    """
-    peak = np.fmax.reduce(s, axis=axis, keepdims=True)
-    peak[np.isneginf(peak)] = 0.0      # an all -inf row: exp(-inf - 0) = 0 everywhere
-    s = np.subtract(s, peak) if copy else np.subtract(s, peak, out=s)
-    np.exp(s, out=s)
-    total = _row_sums(s, axis)
-    total[total == 0] = 1.0            # ... and 0 / 1 = 0 instead of 0 / 0
-    np.reciprocal(total, out=total)
-    s *= total
-    return s
-
-
-def _row_sums(s: np.ndarray, axis: int) -> np.ndarray:
-    """``s.sum(axis, keepdims=True)``; over the last axis of a C-contiguous array, as one GEMV."""
-    if axis in (-1, s.ndim - 1) and s.flags.c_contiguous and s.ndim >= 1 and s.shape[-1] > 0:
-        return (s @ np.ones(s.shape[-1], dtype=s.dtype))[..., None]
-    return s.sum(axis=axis, keepdims=True)
 
 
 # ----------------------------------------------------------------------------
@@ -616,14 +596,14 @@ def linear(x, weight) -> Tensor:
     """``x @ weight.T`` over the last axis, as one 2-D GEMM: (..., in) -> (..., out).
 
     ``weight`` has PyTorch's layout (out, in), so LLaMA checkpoints map key for key.
-    It may also be a tuple of such matrices with the same ``in``: they act as one
-    matrix stacked along ``out`` -- one GEMM instead of several small ones, the
-    outputs side by side -- and each gets its own block of the gradient::
+    It may also be a tuple of such matrices with the same ``in``: the outputs side by side::
 
         linear(x, (wq, wk, wv))  ==  concatenate([linear(x, wq), linear(x, wk), linear(x, wv)], -1)
+
+    (:func:`glassllm.ops.linear_stacked` computes that as one GEMM.)
     """
     if isinstance(weight, (tuple, list)):
-        return _linear_stacked(x, weight)
+        return concatenate([linear(x, w) for w in weight], axis=-1)
     x, weight = _pair(x, weight)
     lead = x.shape[:-1]
     x2 = x.data.reshape(-1, x.shape[-1])                                # (N, in)
@@ -635,27 +615,6 @@ def linear(x, weight) -> Tensor:
         gw = g2.T @ x2 if _need(weight) else None                       # (out, in)
         return gx, gw
     return make_op(out, (x, weight), backward)
-
-
-def _linear_stacked(x, weights) -> Tensor:
-    """:func:`linear` with a tuple of weights (out_i, in), stacked along out."""
-    x = as_tensor(x)
-    weights = tuple(as_tensor(w, x) for w in weights)
-    if not weights or any(w.ndim != 2 or w.shape[1] != x.shape[-1] for w in weights):
-        shapes = [w.shape for w in weights]
-        raise ValueError(f"linear: weights {shapes} must be matrices (out, {x.shape[-1]}) for input shape {x.shape}")
-    sizes = [w.shape[0] for w in weights]
-    bounds = np.cumsum(sizes)[:-1]
-    w = np.concatenate([t.data for t in weights])                       # (sum out, in)
-    x2 = x.data.reshape(-1, x.shape[-1])                                # (N, in)
-    out = (x2 @ w.T).reshape(*x.shape[:-1], w.shape[0])                 # (..., sum out)
-
-    def backward(g):
-        g2 = g.reshape(-1, w.shape[0])                                  # (N, sum out)
-        gx = (g2 @ w).reshape(x.shape) if _need(x) else None            # (..., in)
-        gw = np.split(g2.T @ x2, bounds) if any(_need(t) for t in weights) else [None] * len(weights)
-        return (gx, *(gi if _need(t) else None for gi, t in zip(gw, weights)))  # (out_i, in) each
-    return make_op(out, (x, *weights), backward)
 
 
 def _norm_axis(axis, ndim):
@@ -673,14 +632,6 @@ def _norm_axis(axis, ndim):
     return tuple(int(a) % ndim for a in axes)
 
 
-def _sum_np(x: np.ndarray, axes: tuple, keepdims: bool) -> np.ndarray:
-    """``x.sum(axes, keepdims)``; over the last axis of float32/64, through :func:`_row_sums` (a GEMV when it can)."""
-    if axes == (x.ndim - 1,) and x.ndim >= 2 and x.dtype in (np.float32, np.float64):
-        out = _row_sums(x, -1)
-        return out if keepdims else out[..., 0]
-    return x.sum(axis=axes, keepdims=keepdims)
-
-
 def sum(a, axis=None, keepdims: bool = False) -> Tensor:
     a = as_tensor(a)
     axes = _norm_axis(axis, a.ndim)
@@ -689,7 +640,7 @@ def sum(a, axis=None, keepdims: bool = False) -> Tensor:
         if not keepdims:
             g = np.expand_dims(g, axes)
         return (np.broadcast_to(g, a.shape),)
-    return make_op(_sum_np(a.data, axes, keepdims), (a,), backward)
+    return make_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), backward)
 
 
 def mean(a, axis=None, keepdims: bool = False) -> Tensor:
@@ -701,8 +652,6 @@ def mean(a, axis=None, keepdims: bool = False) -> Tensor:
         if not keepdims:
             g = np.expand_dims(g, axes)
         return (np.broadcast_to(g / count, a.shape),)
-    if a.dtype in (np.float32, np.float64) and count:
-        return make_op(np.divide(_sum_np(a.data, axes, keepdims), a.dtype.type(count)), (a,), backward)
     return make_op(a.data.mean(axis=axes, keepdims=keepdims), (a,), backward)
 
 
@@ -766,7 +715,7 @@ def cross_entropy(logits, targets, ignore_index: int = -100) -> Tensor:
     peak = np.fmax.reduce(z, axis=1, keepdims=True)                     # (N, 1)
     e = z - peak
     np.exp(e, out=e)                                                    # (N, V)
-    total = _row_sums(e, -1)                                            # (N, 1)
+    total = (e @ np.ones(V, dtype=e.dtype))[:, None]                    # (N, 1): the row sums as one GEMV
     lse = np.log(total) + peak                                          # (N, 1)
     loss = (lse[rows, 0] - z[rows, t[rows]]).sum() / count
 
@@ -946,27 +895,16 @@ def where(condition, a, b) -> Tensor:
 # RoPE (hand-derived backward; tested equal to its spelled-out form)
 # ----------------------------------------------------------------------------
 
-def rope_table(cos, sin, heads: int | None = None, dtype=np.float32) -> np.ndarray:
+def rope_table(cos, sin, dtype=np.float32) -> np.ndarray:
     """The rotations of RoPE as unit complex numbers ``cos + i sin``, for :func:`rotate`.
 
-    cos, sin: (n, D/2), or (B, 1, n, D/2) when each row has its own positions.
-    With ``heads=None`` the table keeps that shape (it broadcasts against
-    x (..., n, D) seen as (..., n, D/2) complex numbers). With ``heads`` it is
-    laid out for x (B, n, heads, D) -- (n, heads, D/2), or (B, n, heads, D/2) --
-    and written out per head, so NumPy multiplies along one long contiguous run
-    instead of one run of D/2 per head.
+    cos, sin: (n, D/2), or (B, 1, n, D/2) when each row has its own positions;
+    the table keeps that shape (it broadcasts against x (..., n, D) seen as
+    (..., n, D/2) complex numbers).
     """
     cos, sin = np.asarray(cos), np.asarray(sin)
     cdt = np.result_type(dtype, np.complex64)
-    if heads is not None:
-        if cos.ndim == 2:
-            cos, sin = cos[:, None, :], sin[:, None, :]                 # (n, 1, D/2)
-        else:
-            cos, sin = cos[:, 0, :, None, :], sin[:, 0, :, None, :]     # (B, n, 1, D/2)
-        shape = cos.shape[:-2] + (heads, cos.shape[-1])
-    else:
-        shape = np.broadcast_shapes(cos.shape, sin.shape)
-    z = np.empty(shape, dtype=cdt)
+    z = np.empty(np.broadcast_shapes(cos.shape, sin.shape), dtype=cdt)
     z.real, z.imag = cos, sin
     return z
 
@@ -1001,7 +939,7 @@ def rope(x, cos: np.ndarray, sin: np.ndarray) -> Tensor:
         raise ValueError(f"rope needs an even last axis (pairs of features), got shape {x.shape}")
     if x.dtype.kind != "f":
         raise TypeError(f"rope needs floating-point x, got dtype {x.dtype}")
-    z = rope_table(cos, sin, None, x.dtype)                             # (..., n, D/2) complex
+    z = rope_table(cos, sin, x.dtype)                                   # (..., n, D/2) complex
     out = rotate(x.data, z)                                             # (..., n, D)
 
     def backward(g):

@@ -39,13 +39,14 @@ below, with the batch axis removed.
 
 Kernels. Each layer's ``__call__`` here is the reference: the spec, step by
 step. Faster ways to compute the same numbers (fused ops, tiled attention)
-live in :mod:`glassllm.kernels`; at the start of every forward the model asks
-that package's dispatcher once which layers may run one (it sets each layer's
-``kernel``), and calls its layers through :meth:`Module.run`, the one line that
-runs the chosen kernel or the reference. A layer whose snapshots a tracer wants
-always runs the code below. ``glassllm.kernels.plan(model, n=16)`` prints which
-path each layer takes and why; ``with glassllm.kernels.disabled():`` runs this
-code everywhere.
+live in :mod:`glassllm.kernels`, on a layer above this module; at the start of
+every forward the model asks the kernel dispatcher once, through
+:mod:`glassllm.dispatcher`, which layers may run one (it sets each layer's
+public ``kernel``), and calls its layers through :meth:`Module.run`, the one
+line that runs the chosen kernel or the reference. A layer whose snapshots a
+tracer wants always runs the code below. ``glassllm.kernels.plan(model, n=16)``
+prints which path each layer takes and why; ``with glassllm.kernels.disabled():``
+runs this code everywhere.
 
 Shape legend: B batch, n new queries, m keys (m = start + n), H query heads,
 G key/value heads, D head dim, C model width, V vocabulary, F MLP width.
@@ -58,9 +59,10 @@ import math
 import numpy as np
 
 from . import autograd as ag
-from . import kernels
+from . import dispatcher
 from .autograd import Tensor
 from .config import ModelConfig
+from .ops.rotary import rotation_matrices
 from .positions import causal_mask, positions
 
 __all__ = [
@@ -324,24 +326,15 @@ class Rotary:
 
     def matrices(self, upto: int | None = None) -> np.ndarray:
         """The same rotations as matrices, (upto, D, D) for positions 0 .. upto-1 (default: all
-        max_len): row vector ``x @ R[p]`` turns x to position p.
+        max_len): :func:`glassllm.ops.rotation_matrices` of these tables, for the lean decoder.
 
-        Pair i's 2 x 2 block is [[cos, sin], [-sin, cos]], so (x[2i], x[2i+1])
-        becomes (x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos). Built on
-        demand and kept (until :meth:`cast`): the decoder reads one per step.
-        Only the positions asked for are built -- D x D numbers each, so a long
-        context's whole table could be gigabytes.
+        Built on demand and kept (until :meth:`cast`): the decoder reads one per step. Only the
+        positions asked for are built -- D x D numbers each, so a long context's whole table could
+        be gigabytes.
         """
-        L, half = self.cos.shape
-        upto = L if upto is None else min(int(upto), L)
+        upto = len(self.cos) if upto is None else min(int(upto), len(self.cos))
         if self._matrices is None or len(self._matrices) < upto:
-            R = np.zeros((upto, half, 2, half, 2), dtype=self.cos.dtype)   # (upto, D/2, 2, D/2, 2)
-            i = np.arange(half)
-            cos, sin = self.cos[:upto], self.sin[:upto]
-            R[:, i, 0, i, 0], R[:, i, 0, i, 1] = cos, sin                   # x[2i]   -> ( c, s)
-            R[:, i, 1, i, 0], R[:, i, 1, i, 1] = -sin, cos                  # x[2i+1] -> (-s, c)
-            R.flags.writeable = False
-            self._matrices = R.reshape(upto, 2 * half, 2 * half)            # (upto, D, D)
+            self._matrices = rotation_matrices(self.cos, self.sin, upto)    # (upto, D, D)
         return self._matrices[:upto]
 
 
@@ -597,7 +590,7 @@ class Transformer(Module):
             block.feed_forward._prefix = f"layers.{i}.mlp."
         self.norm._prefix = "norm."
         self._all_modules = tuple(super().modules())
-        self._kernel_slots = kernels.slots(self._all_modules[1:])          # the layers a kernel may replace
+        self._kernel_slots = dispatcher.slots(self._all_modules[1:])       # the layers a kernel may replace
         self._axes = self._walk_snapshot_axes()
 
     def begin_forward(self, plan=None, **step) -> None:
@@ -695,7 +688,7 @@ class Transformer(Module):
         if pad is not None:
             cos, sin = cos[:, None], sin[:, None]                           # (B, 1, n, D/2)
 
-        with kernels.chosen(self._kernel_slots, n=n, m=m, cache=cache) as plan:  # which layers run a kernel
+        with dispatcher.chosen(self._kernel_slots, n=n, m=m, cache=cache) as plan:  # which layers run a kernel
             self.begin_forward(plan, n=n, m=m, start=start, tokens=tokens, pad=pad)
             x = self.snap("embed", self.tok_embeddings.run(tokens))         # (B, n, C)
             for block in self.layers:

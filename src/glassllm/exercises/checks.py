@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import autograd as ag
-from ..kernels import attention, rms_norm
+from ..ops import attention, rms_norm
 from ..nn import Rotary, causal_mask
 
 SEED = 0

@@ -271,7 +271,7 @@ class _RecordedRun:
                 raise ValueError(f"{full!r} was not recorded and interventions may have changed it: "
                                  "trace it with names including 'attn.mask'")
             s = self.first
-            return causal_mask(s.n, s.m, s.start) | (np.arange(s.m)[None, :] < s.pad)   # (n, m)
+            return causal_mask(s.n, s.m, s.start, np.array([s.pad]))[0]               # (n, m)
         read = self.trace.grad if grad else self.trace.get
         return read(full, head=head, step=0)
 

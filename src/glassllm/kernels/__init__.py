@@ -12,16 +12,23 @@ and gradients, float64 to 1e-12 and float32 to rounding).
 ===========================  ========================  =============================  ===================
 kernel                       replaces                  serves                         module
 ===========================  ========================  =============================  ===================
-``tiled_self_attention``     ``nn.Attention``          >= 128 new queries, no cache   :mod:`.flash`
-``tiled_attention``          ``nn.Attention``          >= 128 new queries, a cache    :mod:`.flash`
-``fused_attention``          ``nn.Attention``          every other block              :mod:`.dense`
-``fused_rms_norm``           ``nn.RMSNorm``            every block                    :mod:`.norm`
-``fused_feed_forward``       ``nn.FeedForward``        every block                    :mod:`.mlp`
+``tiled_self_attention``     ``nn.Attention``          >= 128 new queries, no cache   :mod:`.layers`
+``tiled_attention``          ``nn.Attention``          >= 128 new queries, a cache    :mod:`.layers`
+``fused_attention``          ``nn.Attention``          every other block              :mod:`.layers`
+``fused_rms_norm``           ``nn.RMSNorm``            every block                    :mod:`.layers`
+``fused_feed_forward``       ``nn.FeedForward``        every block                    :mod:`.layers`
 ``fast_decode``              ``nn.Transformer``        decoding steps with a cache    :mod:`.decode`
 ===========================  ========================  =============================  ===================
 
+The kernels take a layer and sit above :mod:`glassllm.nn`; the array
+operations they are built from (fused attention, tiled attention, RMSNorm,
+SwiGLU, the stacked linear, the in-place softmax, RoPE's fast layouts) are
+:mod:`glassllm.ops`, below it, and are also reachable from here
+(``kernels.attention``, ``kernels.flash``, ...).
+
 How a path is chosen: at the start of every forward the model asks the
-dispatcher (:mod:`.dispatch`) once which layers may run a kernel, given the
+dispatcher (:mod:`.dispatch`, reached through :mod:`glassllm.dispatcher`) once
+which layers may run a kernel, given the
 shapes and the snapshots an attached tracer wants, and the dispatcher sets each
 layer's public ``kernel`` attribute; the model calls its layers through
 :meth:`glassllm.nn.Module.run`, which runs that kernel or else the layer's
@@ -39,27 +46,28 @@ results to float rounding::
         ...
 
 Adding a kernel: write it in a module of this package (one concept per
-module), add one :func:`register` call below and one row to
+module; its array operations in :mod:`glassllm.ops`), add one
+:func:`register` call below, with the class it replaces, and one row to
 ``tests/test_kernels.py`` (a test fails while a registered kernel has no row).
 """
 
 from __future__ import annotations
 
-from . import dense, flash, mlp, norm
-from . import decode
+from .. import nn
+from ..ops import (FLASH_MIN_QUERIES, attention, dense, flash, flash_attention, linear_stacked, mlp, norm,
+                   rms_norm, row_sums, self_attention, softmax_inplace, swiglu)
+from . import decode, layers
 from .decode import FastDecoder
-from .dense import ATTENTION_INNER, attention
 from .dispatch import choose, chosen, disabled, is_enabled, lean_decoding, slots
-from .flash import FLASH_MIN_QUERIES, flash_attention, self_attention
-from .norm import rms_norm
+from .layers import ATTENTION_INNER
 from .paths import Plan, plan, summary
 from .registry import KERNELS, Kernel, kernels_for, register
-from .mlp import swiglu
 
 __all__ = [
     "Kernel", "KERNELS", "register", "kernels_for", "disabled", "is_enabled", "choose", "chosen", "slots",
-    "lean_decoding", "plan", "Plan", "summary",
-    "attention", "flash_attention", "self_attention", "rms_norm", "swiglu", "FastDecoder", "FLASH_MIN_QUERIES",
+    "lean_decoding", "plan", "Plan", "summary", "FastDecoder", "ATTENTION_INNER",
+    "attention", "flash_attention", "self_attention", "rms_norm", "swiglu", "linear_stacked", "softmax_inplace",
+    "row_sums", "FLASH_MIN_QUERIES",
 ]
 
 
@@ -73,27 +81,27 @@ def _long_uncached(n, m, cache):
 
 # The registry, in order of preference: for a layer, the first kernel that applies runs.
 register(Kernel(
-    name="tiled_self_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
-    reference="glassllm.nn.Attention.__call__", run=flash.tiled_self_attention, applies=_long_uncached,
+    name="tiled_self_attention", replaces=nn.Attention, skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=layers.tiled_self_attention, applies=_long_uncached,
     serves=f"n >= {FLASH_MIN_QUERIES} new queries, no cache", doc="wq|wk|wv as one GEMM; RoPE and exact tiled attention (online softmax) in one op; no (n, m) matrix"))
 register(Kernel(
-    name="tiled_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
-    reference="glassllm.nn.Attention.__call__", run=flash.tiled_attention, applies=_long,
+    name="tiled_attention", replaces=nn.Attention, skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=layers.tiled_attention, applies=_long,
     serves=f"n >= {FLASH_MIN_QUERIES} new queries", doc="steps 1-3 fused, then exact tiled attention after a KV cache; no (n, m) matrix"))
 register(Kernel(
-    name="fused_attention", replaces="glassllm.nn.Attention", skips=ATTENTION_INNER,
-    reference="glassllm.nn.Attention.__call__", run=dense.fused_attention,
+    name="fused_attention", replaces=nn.Attention, skips=ATTENTION_INNER,
+    reference="glassllm.nn.Attention.__call__", run=layers.fused_attention,
     doc="wq|wk|wv as one GEMM; scores, mask, softmax and mix as one op, GQA folded into the rows"))
 register(Kernel(
-    name="fused_rms_norm", replaces="glassllm.nn.RMSNorm", skips=("rms",),
-    reference="glassllm.nn.RMSNorm.__call__", run=norm.fused_rms_norm,
+    name="fused_rms_norm", replaces=nn.RMSNorm, skips=("rms",),
+    reference="glassllm.nn.RMSNorm.__call__", run=layers.fused_rms_norm,
     doc="one pass forward, one backward"))
 register(Kernel(
-    name="fused_feed_forward", replaces="glassllm.nn.FeedForward", skips=("gate", "up", "act", "prod"),
-    reference="glassllm.nn.FeedForward.__call__", run=mlp.fused_feed_forward,
+    name="fused_feed_forward", replaces=nn.FeedForward, skips=("gate", "up", "act", "prod"),
+    reference="glassllm.nn.FeedForward.__call__", run=layers.fused_feed_forward,
     doc="w1|w3 as one GEMM; the SwiGLU gating as one op"))
 register(Kernel(
-    name="fast_decode", replaces="glassllm.nn.Transformer", skips=("*",),
+    name="fast_decode", replaces=nn.Transformer, skips=("*",),
     reference="glassllm.nn.Transformer.__call__ (the last position's logits)", run=decode.FastDecoder,
     applies=lambda n, m, cache: cache is not None, serves="decoding steps with a cache",
     doc="plain NumPy decoding steps: packed weights, norm gains folded in, RoPE as a matmul; no autograd, "

@@ -45,10 +45,11 @@ import math
 
 import numpy as np
 
-from ..autograd import no_grad, softmax_inplace
+from ..autograd import no_grad
+from ..nn import causal_mask
+from ..ops.flash import FLASH_MIN_QUERIES
+from ..ops.softmax import softmax_inplace
 from ..positions import positions
-from .dense import forbidden
-from .flash import FLASH_MIN_QUERIES
 
 __all__ = ["FastDecoder"]
 
@@ -143,12 +144,12 @@ class FastDecoder:
         if pad is None:
             rot = self._rotations(m)[start:m]                               # (n, D, D)
             rot = rot[0] if n == 1 else np.tile(rot, (B, 1, 1))[:, None]    # (D, D) or (N, 1, D, D)
-            mask = forbidden(n, m, start, None) if n > 1 else None          # (1, n, m); one query sees all
+            mask = causal_mask(n, m, start) if n > 1 else None             # (n, m); one query sees all
         else:
             rot = self._rotations(m)[positions(start, m, pad).reshape(-1)][:, None]  # (N, 1, D, D)
-            mask = forbidden(n, m, start, pad)                              # (B, n, m)
+            mask = causal_mask(n, m, start, pad)                            # (B, n, m)
         if mask is not None:
-            mask = mask[:, None, None]                                      # (B|1, 1, 1, n, m)
+            mask = mask.reshape(-1, 1, 1, n, m)                             # (B|1, 1, 1, n, m)
 
         x = self.embed[tokens.reshape(-1)]                                  # (N, C), a copy: updated in place
         for layer, (wqkv, wo, w13, w2) in enumerate(self.layers):

@@ -1,6 +1,7 @@
 """The dispatcher: which layers run a kernel in this forward, chosen once per forward.
 
-:class:`glassllm.nn.Transformer` asks once at the start of every forward:
+:class:`glassllm.nn.Transformer` asks once at the start of every forward
+(through :mod:`glassllm.dispatcher`, since the model sits below the kernels):
 :func:`chosen` walks the model's replaceable layers (found once, by
 :func:`slots`) and gives each the first registered kernel that
 

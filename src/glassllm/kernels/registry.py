@@ -6,8 +6,8 @@ spec, step by step, every intermediate named -- and a kernel computes the same
 numbers (to float rounding) with fewer, bigger operations. Each kernel is one
 :class:`Kernel` record, registered once, in the table of :mod:`glassllm.kernels`:
 
-- ``replaces``: the qualified name of the layer class whose ``__call__`` it
-  stands in for (``"glassllm.nn.Attention"``);
+- ``replaces``: the layer class whose ``__call__`` it stands in for
+  (``glassllm.nn.Attention``, the class object itself);
 - ``skips``: the layer's snapshot names it does not produce. When a tracer
   wants any of them (to record or to edit), the layer runs its reference
   instead: a traced name always runs the reference code;
@@ -39,7 +39,7 @@ class Kernel:
     """One registered fast path (see the module docstring for the fields)."""
 
     name: str
-    replaces: str
+    replaces: type
     skips: tuple[str, ...]
     reference: str
     run: Callable
@@ -48,8 +48,8 @@ class Kernel:
     serves: str = "every shape"
 
     def __post_init__(self):
-        if not self.name or not self.replaces.count("."):
-            raise ValueError(f"kernel needs a name and the qualified name of what it replaces, got "
+        if not self.name or not isinstance(self.replaces, type):
+            raise ValueError(f"kernel needs a name and the class whose __call__ it replaces, got "
                              f"{self.name!r} replacing {self.replaces!r}")
 
 
@@ -69,7 +69,6 @@ def register(kernel: Kernel) -> Kernel:
 def kernels_for(cls: type) -> tuple[Kernel, ...]:
     """The kernels that replace exactly this class's ``__call__``, in registration order.
 
-    Matched on the qualified name, so a subclass (which may change ``__call__``) gets none.
+    Matched on the class itself, so a subclass (which may change ``__call__``) gets none.
     """
-    qualified = f"{cls.__module__}.{cls.__qualname__}"
-    return tuple(k for k in KERNELS.values() if k.replaces == qualified)
+    return tuple(k for k in KERNELS.values() if k.replaces is cls)

@@ -126,7 +126,7 @@ def _forbidden(trace, full: str, s) -> np.ndarray | None:
         return np.asarray(s.values[mask_name], dtype=bool)
     if trace.interventions:
         return None
-    return causal_mask(s.n, s.m, s.start) | (np.arange(s.m)[None, :] < s.pad)
+    return causal_mask(s.n, s.m, s.start, np.array([s.pad]))[0]                 # (n, m)
 
 
 def _pieces(tokenizer, ids, first: int) -> list[str]:

@@ -1,5 +1,4 @@
-"""Fused RMSNorm: one op with a hand-derived backward, and the kernel that runs
-:class:`glassllm.nn.RMSNorm` with it.
+"""Fused RMSNorm: one op with a hand-derived backward.
 
 The reference spells the norm out in four primitives (``mean`` of the squares,
 ``sqrt``, a division, the gain), each a pass over the activations with its own
@@ -14,7 +13,7 @@ import numpy as np
 from .. import autograd as ag
 from ..autograd import Tensor
 
-__all__ = ["rms_norm", "fused_rms_norm"]
+__all__ = ["rms_norm"]
 
 
 def rms_norm(x, weight, eps: float) -> Tensor:
@@ -51,9 +50,3 @@ def rms_norm(x, weight, eps: float) -> Tensor:
             gw = np.einsum("ij,ij->j", g.reshape(-1, C), xhat.reshape(-1, C))  # (C,)
         return gx, gw
     return ag.make_op(out, (x, weight), backward)
-
-
-def fused_rms_norm(norm, x: Tensor) -> Tensor:
-    """``RMSNorm.__call__`` as the one op :func:`rms_norm` (no ``rms`` snapshot). Returns (B, n, C)."""
-    x = norm.snap("in", x)
-    return norm.snap("out", rms_norm(x, norm.weight, norm.eps))

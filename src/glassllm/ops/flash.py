@@ -1,5 +1,4 @@
-"""Exact attention in tiles, with an online softmax (the FlashAttention algorithm), in NumPy;
-and the two kernels that run :class:`glassllm.nn.Attention` with it for long blocks.
+"""Exact attention in tiles, with an online softmax (the FlashAttention algorithm), in NumPy.
 
 Dense attention builds the whole (n, m) score matrix per head. Here queries
 and keys are cut into blocks; for each query block we walk the key blocks it
@@ -61,11 +60,9 @@ Two ops share the tile loops:
   into a new array on the way in or out, and the backward hands the packed
   gradient back in one piece for one GEMM.
 
-And two kernels (registered in :mod:`glassllm.kernels`) run the attention layer
-with them when a block has at least ``FLASH_MIN_QUERIES`` new queries (below
-that the dense fused op of :mod:`glassllm.kernels.dense` is faster):
-:func:`tiled_self_attention` for a block with no cache (training, scoring, a
-long prompt), :func:`tiled_attention` for a long block after a KV cache.
+Two kernels (:mod:`glassllm.kernels.layers`) run the attention layer with them
+when a block has at least ``FLASH_MIN_QUERIES`` new queries (below that the
+dense fused op of :mod:`glassllm.ops.dense` is faster).
 
 Shape legend: B batch, H query heads, G key/value heads (r = H/G query heads
 per K/V head), n queries, m keys, D head dim; nb batch rows, nq queries and
@@ -78,13 +75,11 @@ from functools import lru_cache
 
 import numpy as np
 
-import math
-
 from .. import autograd as ag
-from ..autograd import Tensor, is_grad_enabled, rope_table, rotate
-from .dense import project_rotate_cache
+from ..autograd import Tensor, is_grad_enabled, rotate
+from .rotary import rope_table
 
-__all__ = ["flash_attention", "self_attention", "tiled_self_attention", "tiled_attention", "FLASH_MIN_QUERIES",
+__all__ = ["flash_attention", "self_attention", "FLASH_MIN_QUERIES",
            "BLOCK_Q", "BLOCK_K", "TILE_BYTES", "MAX_GAP", "KEEP_BYTES"]
 
 # From this many new queries on, the attention layer runs the tiled kernels; below it
@@ -400,7 +395,7 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
     """Causal self-attention of a whole block from its packed projections, RoPE included.
 
     qkv (B, n, (H + 2G) D): per position, the H query heads, then the G key
-    heads, then the G value heads (``linear(x, (wq, wk, wv))``), all at
+    heads, then the G value heads (``linear_stacked(x, (wq, wk, wv))``), all at
     positions 0 .. n-1. cos, sin: the rotary tables, (n, D/2), or (B, 1, n, D/2)
     when rows have their own positions (left padding ``pad`` (B,)).
     Returns (B, n, H D), the heads side by side -- the same numbers as::
@@ -449,27 +444,3 @@ def self_attention(qkv, n_heads: int, n_kv_heads: int, cos: np.ndarray, sin: np.
         return (dparts.reshape(B, n, width),)
 
     return ag.make_op(out.reshape(B, n, H * D), (qkv,), backward)
-
-
-# ----------------------------------------------------------------------------
-# Kernels for the attention layer
-# ----------------------------------------------------------------------------
-
-def tiled_self_attention(attn, x: Tensor, rope, cache=None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
-    """``Attention.__call__`` for a block with no cache: steps 1-9 as three ops -- one GEMM for
-    wq|wk|wv, then RoPE and tiled attention together (:func:`self_attention`), the heads coming
-    out side by side, then wo. Returns (B, n, C)."""
-    qkv = ag.linear(x, (attn.wq.weight, attn.wk.weight, attn.wv.weight))   # (B, n, (H+2G)*D)
-    heads = self_attention(qkv, attn.n_heads, attn.n_kv_heads, rope[0], rope[1], pad)  # (B, n, H*D)
-    return attn.snap("out", attn.wo(heads))                                # (B, n, C)
-
-
-def tiled_attention(attn, x: Tensor, rope, cache=None, start: int = 0, pad: np.ndarray | None = None) -> Tensor:
-    """``Attention.__call__`` with steps 4-8 computed tile by tile (:func:`flash_attention`): for a
-    long block after a KV cache, which never holds an (n, m) matrix. Returns (B, n, C)."""
-    B, n, _ = x.shape
-    H, D = attn.n_heads, attn.head_dim
-    q, keys, values = project_rotate_cache(attn, x, rope, cache, start)
-    mix = flash_attention(q, keys, values, 1.0 / math.sqrt(D), start, pad)  # (B, H, n, D)
-    heads = mix.transpose(0, 2, 1, 3).reshape(B, n, H * D)                # (B, n, H*D)
-    return attn.snap("out", attn.wo(heads))                                # (B, n, C)

@@ -1,9 +1,9 @@
-"""Fused SwiGLU: the gating as one op, and the kernel that runs :class:`glassllm.nn.FeedForward` with it.
+"""Fused SwiGLU: the gating as one op.
 
 The reference computes ``w1 x`` and ``w3 x`` as two GEMMs, then ``silu`` and a
-product, each with its own backward. The kernel makes ``w1|w3`` one GEMM
-(``linear(x, (w1, w3))``) and :func:`swiglu` takes its output whole, handing
-the gradient back as one array for one GEMM.
+product, each with its own backward. The feed-forward kernel makes ``w1|w3`` one
+GEMM (:func:`glassllm.ops.linear.linear_stacked`) and :func:`swiglu` takes its
+output whole, handing the gradient back as one array for one GEMM.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import numpy as np
 from .. import autograd as ag
 from ..autograd import Tensor
 
-__all__ = ["swiglu", "fused_feed_forward"]
+__all__ = ["swiglu"]
 
 
 def swiglu(a) -> Tensor:
     """SwiGLU's gating, ``silu(gate) * up``, for ``a = [gate | up]`` along the last axis: (..., 2F) -> (..., F).
 
     The reference spells this out as ``silu`` then ``mul`` on two tensors;
-    fused, its input is one GEMM's output (``linear(x, (w1, w3))``) and its
+    fused, its input is one GEMM's output (``linear_stacked(x, (w1, w3))``) and its
     gradient goes back as one array for one GEMM. With s = sigmoid(gate) and
     act = gate s (so silu'(gate) = s + gate s (1 - s) = s (1 + gate - act))::
 
@@ -45,9 +45,3 @@ def swiglu(a) -> Tensor:
         dgate *= g
         return (da,)
     return ag.make_op(act * up, (a,), backward)
-
-
-def fused_feed_forward(ffn, x: Tensor) -> Tensor:
-    """``FeedForward.__call__`` as two GEMMs and :func:`swiglu` (no gate/up/act/prod snapshots): (B, n, C)."""
-    gate_up = ag.linear(x, (ffn.w1.weight, ffn.w3.weight))              # (B, n, 2F)
-    return ffn.snap("out", ffn.w2(swiglu(gate_up)))                     # (B, n, C)
