@@ -683,3 +683,18 @@ def test_transformer_lens_hook_names_ask_for_the_same_snapshots(client, parts):
     np.testing.assert_array_equal(decode_array(a["after"]["logits"]), decode_array(b["after"]["logits"]))
     r = post(client, "snapshot", {"prompt": PROMPT, "name": "blocks.2.attn.hook_pattern", "layer": 1, "head": 0})
     assert r.status_code == 400 and "is in layer 2, but layer is 1" in r.json()["error"]
+
+
+def test_the_header_counts_the_steps_of_every_training_stage():
+    """The model's training steps as its file records them: a run continued from another (the bundled
+    model's second stage) also names the steps of the run it started from."""
+    from glassllm.checkpoint import load_bundled
+
+    model, tokenizer, meta = load_bundled()
+    info = Inspector(model, tokenizer, meta=meta).info()
+    assert info["meta"]["step"] == meta["step"]
+    assert info["meta"]["steps_before"] == str(json.loads(meta["base"])["steps"])
+    plain = Inspector(model, tokenizer, meta={k: v for k, v in meta.items() if k != "base"}).info()
+    assert "steps_before" not in plain["meta"]
+    nested = Inspector(model, tokenizer, meta={**meta, "base": "[" * 100_000}).info()   # a bad field: left out
+    assert "steps_before" not in nested["meta"]

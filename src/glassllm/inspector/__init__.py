@@ -15,7 +15,8 @@ Modules, one concept each:
 - :mod:`.export`  the offline HTML file (precomputed answers, inlined page);
 - :mod:`.notebook`  the inspector inline in Jupyter, for a prompt or a recorded trace (:func:`show`);
 - :mod:`.assets`  reading the page's static files (for the server, the export and the notebook view);
-- ``static/``     the page itself: ``index.html``, ``app.js``, ``style.css`` (canvas, no dependencies).
+- ``static/``     the page itself: ``index.html``, ``style.css`` and the scripts in ``js/``, one feature
+                  each, loaded in the order ``assets.SCRIPTS`` gives (canvas, no dependencies).
 
 The names below are imported on first use, so that ``glassllm --help`` works
 without the web dependencies (``pip install "glassllm-numpy[app]"``)::

@@ -200,7 +200,8 @@ class AttributionRequest(PromptRequest):
 
 
 def request_key(kind: str, request: _Request) -> str:
-    """A canonical string for a request: the export's lookup key, mirrored by ``app.js``.
+    """A canonical string for a request: the export's lookup key, mirrored by ``requestKey`` in
+    ``static/js/api.js``.
 
     Keys hold only the fields that differ from their defaults, sorted, so the
     page can build the same string from its state.

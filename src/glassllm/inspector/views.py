@@ -19,6 +19,7 @@ import base64
 import numpy as np
 
 from .. import kernels
+from ..limits import parse_json
 from ..sampling import sampling_distribution
 from ..trace.explain import explain
 from .requests import heads_of
@@ -99,7 +100,8 @@ def info_view(model, tokenizer, config, axes: dict, names: list[str], vocab: lis
     return {
         "model": {**c.to_dict(), "head_dim": c.head_dim, "params": model.num_params(),
                   "dtype": str(model.dtype)},
-        "meta": {k: v for k, v in meta.items() if k in ("step", "valid_loss", "valid_bits_per_byte")},
+        "meta": {**{k: v for k, v in meta.items() if k in ("step", "valid_loss", "valid_bits_per_byte")},
+                 **_earlier_steps(meta)},
         "names": entries,
         "vocab": vocab,
         "eot_id": _eot(tokenizer),
@@ -110,6 +112,18 @@ def info_view(model, tokenizer, config, axes: dict, names: list[str], vocab: lis
         "limits": {"max_prompt_tokens": limits.max_prompt_tokens,
                    "max_new_tokens": limits.max_new_tokens, "max_cells": limits.max_cells},
     }
+
+
+def _earlier_steps(meta: dict) -> dict:
+    """``{"steps_before": N}`` for a model whose training continued an earlier run (``--init-from``; its
+    file records that run under ``base``, as the bundled model's does), else nothing."""
+    if "base" not in meta:
+        return {}
+    try:
+        steps = parse_json(meta["base"], "the model file's field 'base'").get("steps")
+    except (ValueError, AttributeError):
+        return {}
+    return {"steps_before": str(steps)} if isinstance(steps, int) and not isinstance(steps, bool) else {}
 
 
 def _explain(local: str) -> dict:

@@ -45,7 +45,8 @@ const Controls = (() => {
       `${plural(c.n_kv_heads, "key/value head")} ` +
       `of size D = ${c.head_dim} · MLP F = ${c.ffn_dim} · vocabulary V = ${nice(c.vocab_size)} · ` +
       `context ${c.max_seq_len} · ${nice(c.params)} parameters (${c.dtype})` +
-      (info.meta.step ? ` · trained ${nice(Number(info.meta.step))} steps` : "") +
+      (info.meta.step ? ` · trained ${info.meta.steps_before ? nice(Number(info.meta.steps_before)) + " + " : ""}` +
+                        `${nice(Number(info.meta.step))} steps` : "") +
       (info.meta.valid_loss ? `, held-out loss ${Number(info.meta.valid_loss).toFixed(3)} nats/token` : "");
     drawModeLine(null);
     document.querySelectorAll(".vocab-n").forEach((e) => (e.textContent = nice(c.vocab_size)));
