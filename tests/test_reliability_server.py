@@ -87,10 +87,10 @@ for field, raw, words in [
     SERVER_CASES.append(srv("sampling parameter out of range", f'POST /api/next {{"{field}": {raw}}}',
                             req("/api/next", f'{{"prompt": "{P}", "{field}": {raw}}}'.encode()), words))
 for iv, words in [
-    ({"kind": "temperature", "layer": 0, "temperature": 0}, ("intervention.temperature", "greater than or equal to 0.001")),
-    ({"kind": "temperature", "layer": 0, "temperature": 1e-40}, ("intervention.temperature", "0.001", "1e-40")),
-    ({"kind": "temperature", "layer": 0, "temperature": -2}, ("intervention.temperature", "-2")),
-    ({"kind": "temperature", "layer": 0, "temperature": 1000}, ("intervention.temperature", "1000")),
+    ({"kind": "temperature", "layer": 0, "temperature": 0}, ("intervention temperature 0.0", "[0.001, 100]")),
+    ({"kind": "temperature", "layer": 0, "temperature": 1e-40}, ("intervention temperature 1e-40", "[0.001, 100]")),
+    ({"kind": "temperature", "layer": 0, "temperature": -2}, ("intervention temperature -2", "[0.001, 100]")),
+    ({"kind": "temperature", "layer": 0, "temperature": 1000}, ("intervention temperature 1000", "[0.001, 100]")),
 ]:
     SERVER_CASES.append(srv("sampling parameter out of range", f"POST /api/next {{intervention: {json.dumps(iv)}}}",
                             nxt(intervention=iv), words))
