@@ -107,8 +107,12 @@ class Tracer:
         active = self._active
         return any(k in active for k in names)
 
+    leaf_at_embedding = False       # trace(targets=): the weights need no gradient, the embedding is a leaf
+
     def record(self, name: str, t: Tensor) -> Tensor:
         """Apply the interventions on ``name``, store it if selected; return what flows on."""
+        if self.leaf_at_embedding and name == "embed" and ag.is_grad_enabled() and not t.requires_grad:
+            t = Tensor(t.data, requires_grad=True)              # d loss / d embed, without the weights'
         if name not in self._active:
             return t
         if not self.steps:
@@ -205,6 +209,21 @@ def parameter_grads_kept(model):
             p.grad = g
 
 
+@contextmanager
+def weights_frozen(model):
+    """Inside, the model's parameters need no gradient: a backward pass computes the gradients of the
+    activations only (a trace keeps no weight gradient, so it skips their GEMMs). The graph is recorded
+    where some input needs a gradient (a lazy trace's block input)."""
+    params = model.parameters()
+    for p in params:
+        p.requires_grad = False
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad = True
+
+
 IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
 
 
@@ -274,7 +293,8 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
         out = tracer.trace
         out.without_loss = True
         return _finish(out, logits, batch, tokenizer)
-    with parameter_grads_kept(model), tracer:
+    tracer.leaf_at_embedding = True                          # the weights frozen: the graph starts there
+    with parameter_grads_kept(model), weights_frozen(model), tracer:
         logits = model(tokens, cache)
         loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
         loss.backward()
@@ -337,6 +357,17 @@ class _Reference(Tracer):
         return True
 
 
+class _SameGraph(_Reference):
+    """A :class:`_Reference` whose graph is a full trace's: every snapshot it does not record still gets the
+    identity node a recorded one gets, so a backward sums each gradient in the full trace's order."""
+
+    def record(self, name, t):
+        if name not in self.selected and name in self.axes and ag.is_grad_enabled() and t.requires_grad:
+            t = super().record(name, t)                                   # its interventions first
+            return ag.reshape(t, t.shape)
+        return super().record(name, t)
+
+
 class LazyTrace(Trace):
     """The :class:`~glassllm.trace.Trace` of one forward of one row of tokens, computed a block at a time
     when read. Made by ``trace(model, tokens, lazy=True)``.
@@ -371,7 +402,8 @@ class LazyTrace(Trace):
     ``nbytes`` is what the trace holds now; ``reserved_bytes`` what it may grow to.
     """
 
-    def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20):
+    def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20,
+                 graph: bool = False):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
@@ -391,9 +423,13 @@ class LazyTrace(Trace):
 
         # One forward, keeping the residual stream between blocks (and the logits, for the loss).
         base = ["embed"] + [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post", "logits"]
-        probe = _Reference(self._model, base, dtype=dtype, interventions=self._interventions)
-        with ag.no_grad(), probe:
-            self._model(tokens)
+        self._graph = None
+        if (graph or targets is not None) and ag.is_grad_enabled():
+            probe = self._forward_kept(base)
+        else:
+            probe = _Reference(self._model, base, dtype=dtype, interventions=self._interventions)
+            with ag.no_grad(), probe:
+                self._model(tokens)
         step = probe.trace.steps[0]
         self._inputs = [step.values[f"layers.{i}.resid_pre"] for i in range(L)]       # (n, C) each
         self._final = step.values[f"layers.{L - 1}.resid_post"]                         # (n, C)
@@ -429,6 +465,9 @@ class LazyTrace(Trace):
             self._held = 0
             self._targets = targets.reshape(1, self._n)
             self.without_loss = False
+            if self._graph is not None:
+                self._backward_kept()
+                return self
             # Each segment records its own snapshots on the way, as a full trace does: the same graph,
             # so the same sums in the same order, and the last blocks computed are kept.
             g = self._segment("outer")
@@ -451,6 +490,46 @@ class LazyTrace(Trace):
         with self._lock, ag.no_grad(), probe:
             self._model(self._tokens)
         return dict(probe.trace.steps[0].values)
+
+    # -- one forward and one backward on one graph -----------------------------------
+    def _forward_kept(self, base: list[str]) -> Tracer:
+        """The forward on one graph from a leaf at the embedding, the weights frozen, recording ``base``;
+        the graph waits for :meth:`backward`. Each block runs as :meth:`_block` runs it, and every snapshot
+        has the identity node a full trace gives it, so the gradients between the blocks are a full
+        trace's, bit for bit."""
+        model, n, tokens = self._model, self._n, self._tokens
+        probe = _SameGraph(model, base, dtype=self._dtype, interventions=self._interventions)
+        cos, sin = model.rotary.tables(np.arange(0, n))                    # (n, D/2)
+        with weights_frozen(model), probe, kernels.chosen(model.kernel_slots, n=n, m=n, cache=None) as plan:
+            model.begin_forward(plan, n=n, m=n, start=0, tokens=tokens)
+            with ag.no_grad():
+                x = model.snap("embed", model.tok_embeddings.run(tokens))  # (1, n, C)
+            x = Tensor(x.data, requires_grad=True)                          # the leaf: d loss / d embed
+            h = x
+            for block in model.layers:
+                h = block.run(h, (cos, sin), None, 0, None)                 # (1, n, C)
+            logits = model.snap("logits", model.output.run(model.norm.run(h)))  # (1, n, V)
+        self._graph = (probe, x, logits)
+        return probe
+
+    def _backward_kept(self) -> None:
+        """The loss back-propagated through the graph of :meth:`_forward_kept`: the gradient at each
+        block's output and at the embedding."""
+        probe, leaf, logits = self._graph
+        self._graph = None
+        L = len(self._inputs)
+        with weights_frozen(self._model):
+            loss = ag.cross_entropy(logits, self._targets, IGNORE_INDEX)
+            loss.backward()
+        self.loss = float(loss.item())
+        probe.collect_grads()
+        grads = probe.trace.steps[0].grads
+        for i in range(L - 1):
+            self._out_grads[i] = grads[f"layers.{i + 1}.resid_pre"]           # (n, C)
+        self._out_grads[L - 1] = grads[f"layers.{L - 1}.resid_post"]
+        g = self._stored(leaf.grad if leaf.grad is not None else np.zeros_like(leaf.data))  # (n, C)
+        self.steps[0].grads["embed"] = g
+        self._always["embed.grad"] = g
 
     # -- bytes -----------------------------------------------------------------
     @property
@@ -524,7 +603,7 @@ class LazyTrace(Trace):
         ``grad_out`` is "loss") and return d/dx."""
         want_grad = grad_out is not None
         model = self._model
-        with parameter_grads_kept(model), (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
+        with weights_frozen(model), (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
             tracer.begin_forward(n=self._n, m=self._n, start=0, tokens=self._tokens)
             leaf = Tensor(np.asarray(x, dtype=model.dtype)[None], requires_grad=want_grad)
             out = fn(leaf)
