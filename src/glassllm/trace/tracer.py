@@ -440,6 +440,9 @@ class LazyTrace(Trace):
             Step(0, n, n, 0, tokens[0].copy(), values=kept, paths=dict(step.paths))], 0, probe.trace.dtype,
             [repr(iv) for iv in self._interventions])
         self._always = dict(kept)
+        # The residual stream between the blocks, as kept: read without computing a block.
+        self._streams = {f"layers.{i}.resid_pre": a for i, a in enumerate(self._inputs)}
+        self._streams[f"layers.{L - 1}.resid_post"] = self._final
         self.logits = logits
         self._out_grads: list[np.ndarray | None] = [None] * L
         self._targets = None
@@ -547,6 +550,8 @@ class LazyTrace(Trace):
     def _read(self, name, layer, head, step, grads: bool) -> np.ndarray:
         full = self.name(name, layer)
         self.step(step)                                      # one step: refuses another index
+        if not grads and full in self._streams:
+            return self._streams[full]                       # (n, C), read-only
         with self._lock:
             self._ensure(full)
             return super()._read(full, None, head, step, grads)
