@@ -69,7 +69,7 @@ def test_kept_blocks_stay_within_their_bytes():
                 for k in full.names() if k.startswith("layers.0."))   # one block's snapshots and gradients
     keep = int(1.5 * block)
     lazy = LazyTrace(model, ids, ids, keep_bytes=keep)
-    fixed = LazyTrace(model, ids, ids, keep_bytes=0).nbytes   # no block computed: one graph's forward and backward
+    fixed = lazy.nbytes                          # no block computed yet: one graph's forward and backward
     assert lazy.reserved_bytes == fixed + keep
     for i in [0, 1, 2, 0, 2]:
         lazy.get(f"layers.{i}.mlp.act")
@@ -115,6 +115,12 @@ def test_across_gives_every_blocks_snapshot_in_one_forward():
     every = LazyTrace(model, ids, interventions=[ZeroAblate(0, 1)]).across("attn.softmax", "attn.mask")
     assert sorted(every) == sorted(f"layers.{i}.attn.{k}" for i in range(config.n_layers) for k in ("softmax", "mask"))
     for k, v in every.items():
+        _close(v, full.get(k), k)
+    kept = LazyTrace(model, ids, interventions=[ZeroAblate(0, 1)], graph=True)   # kept from its forward
+    before = kept.nbytes
+    again = kept.across("attn.softmax", "attn.mask")
+    assert kept.nbytes == before and sorted(again) == sorted(every)
+    for k, v in again.items():
         _close(v, full.get(k), k)
     with pytest.raises(ValueError, match="not a snapshot"):
         LazyTrace(model, ids).across("attn.nope")

@@ -361,11 +361,15 @@ class _SameGraph(_Reference):
     """A :class:`_Reference` whose graph is a full trace's: every snapshot it does not record still gets the
     identity node a recorded one gets, so a backward sums each gradient in the full trace's order."""
 
+    also: frozenset = frozenset()   # names whose values are stored too, without a gradient
+
     def record(self, name, t):
-        if name not in self.selected and name in self.axes and ag.is_grad_enabled() and t.requires_grad:
-            t = super().record(name, t)                                   # its interventions first
-            return ag.reshape(t, t.shape)
-        return super().record(name, t)
+        if name in self.selected or name not in self.axes:
+            return super().record(name, t)
+        t = super().record(name, t)                                       # its interventions first
+        if name in self.also:
+            self.steps[-1].values[name] = self._keep(name, t.data)
+        return ag.reshape(t, t.shape) if ag.is_grad_enabled() and t.requires_grad else t
 
 
 class LazyTrace(Trace):
@@ -424,6 +428,7 @@ class LazyTrace(Trace):
         # One forward, keeping the residual stream between blocks (and the logits, for the loss).
         base = ["embed"] + [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post", "logits"]
         self._graph = None
+        self._across: dict[str, np.ndarray] = {}          # every block's attention weights, if kept
         if (graph or targets is not None) and ag.is_grad_enabled():
             probe = self._forward_kept(base)
         else:
@@ -489,6 +494,8 @@ class LazyTrace(Trace):
         unknown = [k for k in names if k not in self.axes]
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not a snapshot of this model")
+        if all(k in self._across for k in names):
+            return {k: self._across[k] for k in names}     # kept from the forward
         probe = _Reference(self._model, names, dtype=self._dtype, interventions=self._interventions)
         with self._lock, ag.no_grad(), probe:
             self._model(self._tokens)
@@ -502,6 +509,10 @@ class LazyTrace(Trace):
         trace's, bit for bit."""
         model, n, tokens = self._model, self._n, self._tokens
         probe = _SameGraph(model, base, dtype=self._dtype, interventions=self._interventions)
+        # Every block's attention weights and mask, for across() (the head grid), if they fit in keep_bytes.
+        c = model.config
+        if c.n_layers * (c.n_heads * 4 + 1) * n * n <= self._keep:
+            probe.also = frozenset(f"layers.{i}.attn.{k}" for i in range(c.n_layers) for k in ("softmax", "mask"))
         cos, sin = model.rotary.tables(np.arange(0, n))                    # (n, D/2)
         with weights_frozen(model), probe, kernels.chosen(model.kernel_slots, n=n, m=n, cache=None) as plan:
             model.begin_forward(plan, n=n, m=n, start=0, tokens=tokens)
@@ -513,6 +524,7 @@ class LazyTrace(Trace):
                 h = block.run(h, (cos, sin), None, 0, None)                 # (1, n, C)
             logits = model.snap("logits", model.output.run(model.norm.run(h)))  # (1, n, V)
         self._graph = (probe, x, logits)
+        self._across = {k: probe.trace.steps[0].values.pop(k) for k in probe.also}
         return probe
 
     def _backward_kept(self) -> None:
@@ -539,7 +551,7 @@ class LazyTrace(Trace):
     def nbytes(self) -> int:
         fixed = sum(a.nbytes for a in self._inputs) + self._final.nbytes + self.last_logits.nbytes + self.logits.nbytes
         fixed += sum(g.nbytes for g in self._out_grads if g is not None)
-        fixed += sum(a.nbytes for a in self._always.values())
+        fixed += sum(a.nbytes for a in self._always.values()) + sum(a.nbytes for a in self._across.values())
         return fixed + self._held
 
     @property
