@@ -657,12 +657,12 @@ def test_the_cache_never_returns_another_prompts_numbers(env):
 
 
 def test_switching_views_on_a_traced_prompt_computes_nothing(inspector, monkeypatch):
-    from glassllm.inspector import data
+    from glassllm.inspector import runs
     from glassllm.inspector.schema import SnapshotRequest
 
     calls = []
-    real = data._trace_prompt
-    monkeypatch.setattr(data, "_trace_prompt", lambda *a: calls.append(a) or real(*a))
+    real = runs.trace_prompt
+    monkeypatch.setattr(runs, "trace_prompt", lambda *a: calls.append(a) or real(*a))
     prompt = "Tom gave the kite to Mia."
     inspector.snapshot(SnapshotRequest(prompt=prompt, name="attn.softmax", layer=0, head=0))
     first = len(calls)
@@ -682,18 +682,18 @@ def test_identical_concurrent_requests_are_computed_once(inspector, monkeypatch)
     import threading
     import time
 
-    from glassllm.inspector import data
+    from glassllm.inspector import runs
     from glassllm.inspector.schema import SnapshotRequest
 
     calls = []
-    real = data._trace_prompt
+    real = runs.trace_prompt
 
     def slow(*a):
         calls.append(a)
         time.sleep(0.3)                                   # long enough for every thread to arrive meanwhile
         return real(*a)
 
-    monkeypatch.setattr(data, "_trace_prompt", slow)
+    monkeypatch.setattr(runs, "trace_prompt", slow)
     req = SnapshotRequest(prompt="Lily gave the boat to Ben.", name="attn.softmax", layer=1, head=2)
     answers = []
     threads = [threading.Thread(target=lambda: answers.append(inspector.snapshot(req))) for _ in range(8)]
@@ -724,18 +724,18 @@ def test_a_view_switch_on_a_traced_prompt_does_not_wait_behind_a_new_prompt(insp
 
     import httpx
 
-    from glassllm.inspector import data
+    from glassllm.inspector import runs
     from glassllm.inspector.pool import WorkPool
 
     traced = "Ben had a red boat."
     body = {"prompt": traced, "name": "attn.softmax", "layer": 0, "head": 0}
     gate = threading.Event()
-    real = data._trace_prompt
+    real = runs.trace_prompt
     s = serve(make_app(inspector, pool=WorkPool(1, queue=4)))
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{s.port}", headers=AUTH, timeout=20) as c:
             assert c.post("/api/snapshot", json=body).status_code == 200
-            monkeypatch.setattr(data, "_trace_prompt", lambda *a: gate.wait(20) and real(*a))
+            monkeypatch.setattr(runs, "trace_prompt", lambda *a: gate.wait(20) and real(*a))
             blocked = threading.Thread(target=lambda: c.post("/api/next", json={"prompt": "Mia had a kite."}))
             blocked.start()
             for layer in range(2):

@@ -77,6 +77,18 @@ def test_position_bands_and_the_context_cut(tmp_path, capsys):
     assert bands[0]["loss"] == pytest.approx((per[:128].sum() + short.sum()) / (128 + len(short)), rel=1e-5)
     for b in bands[1:]:
         assert b["loss"] == pytest.approx(per[b["first"]:b["last"] + 1].mean(), rel=1e-5)
+    # Each band beside the same documents' loss at positions 0-255: the first band is reached by both stories,
+    # the later ones by the long story alone.
+    same = docs["same_documents"]
+    assert [(r["first"], r["documents"]) for r in same] == [(0, 2), (128, 1), (256, 1), (384, 1)]
+    assert same[0]["loss"] == pytest.approx((per[:256].sum() + short.sum()) / (256 + len(short)), rel=1e-5)
+    for r in same[1:]:
+        assert r["reference"] == [0, 255] and r["loss"] == pytest.approx(per[:256].mean(), rel=1e-5)
+    capsys.readouterr()
+    assert main(["eval", "--data", str(data), "--per-document"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"the same 1 document at 0-255: {per[:256].mean():.4f}" in lines[3]
+    assert f"{per[256:384].mean() / per[:256].mean() - 1:+.1%}" in lines[3]
     assert docs["truncated"] == (len(seq) - 1 > 512)
     cut = run_eval(capsys, "--data", str(data), "--per-document", "--seq-len", "100")
     assert cut["truncated"] == 1 and cut["context"] == 100

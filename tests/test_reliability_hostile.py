@@ -664,3 +664,20 @@ def test_the_doc_states_the_limits_table():
     assert begin in text, "docs/reliability.md lacks the limits table (python tools/reliability_report.py --hostile)"
     assert text.split(begin, 1)[1].split("<!-- END LIMITS -->", 1)[0] == markdown_table(), \
         "docs/reliability.md's limits table is stale: python tools/reliability_report.py --hostile"
+
+
+def test_a_timeline_whose_metadata_nests_too_deep_is_one_line(tmp_path):
+    """A timeline file's JSON fields are bounded like every other reader's: a field nested thousands
+    deep is a ValueError naming it, not a RecursionError from json."""
+    from glassllm.checkpoint import bundled_model_path
+    from glassllm.files import read_safetensors, read_safetensors_metadata, write_safetensors
+    from glassllm.timeline import load_timeline, timeline_path_for
+
+    source = timeline_path_for(bundled_model_path())
+    meta = read_safetensors_metadata(source)
+    meta["ids"] = "[" * 100_000 + "]" * 100_000
+    bad = tmp_path / "bad.timeline.safetensors"
+    write_safetensors(bad, read_safetensors(source), meta)
+    with pytest.raises(ValueError, match="'ids'") as e:
+        load_timeline(bad)
+    assert "\n" not in str(e.value) and "nested" in str(e.value)

@@ -469,6 +469,51 @@ def test_zero_ablating_a_head_equals_a_hand_recomputation(tiny_model, layer, hea
     np.testing.assert_array_equal(ablated.get("attn.mix", layer=layer, head=head), 0.0)
 
 
+def test_an_intervention_from_fields_ablates_and_edits_as_asked(tiny_model):
+    from glassllm.trace.interventions import from_fields
+
+    c, W = TINY, weights(tiny_model)
+    toks = tokens_for(c, 6, seed=15)
+    axes = tr.registry(tiny_model)
+    clean = trace(tiny_model, toks)
+    ablated = trace(tiny_model, toks, interventions=[from_fields("ablate", 1, head=2, axes=axes, config=c, n=6)])
+
+    def zero(mix):
+        mix = mix.copy()
+        mix[2] = 0.0
+        return mix
+    x = clean.get("layers.1.resid_pre")
+    for i in range(1, c.n_layers):
+        x = np_layer(W, c, i, x, np.arange(len(toks)), zero if i == 1 else None)
+    np.testing.assert_allclose(ablated.get("logits"), np_head(W, c, x), rtol=1e-9, atol=1e-10)
+
+    edit = from_fields("edit", 0, name="mlp.act", row=4, col=7, value=3.5, axes=axes, config=c, n=6)
+    edited = trace(tiny_model, toks, interventions=[edit]).get("layers.0.mlp.act")
+    expected = clean.get("layers.0.mlp.act").copy()
+    expected[4, 7] = 3.5
+    np.testing.assert_array_equal(edited, expected)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(kind="ablate", layer=TINY.n_layers, head=0), f"layer {TINY.n_layers} is out of range"),
+    (dict(kind="ablate", layer=0, head=-1), "head -1 must be an int >= 0"),
+    (dict(kind="ablate", layer=0), "'ablate' needs a head"),
+    (dict(kind="temperature", layer=0, temperature=0.0), "temperature 0.0 is out of range"),
+    (dict(kind="mask_off", layer=0, head=1), "send head null"),
+    (dict(kind="edit", layer=0, name="mlp.act", row=0, col=0, value=1e7), "value 10000000.0 is out of range"),
+    (dict(kind="edit", layer=0, name="mlp.act", row=99, col=0, value=1.0), "cell (99, 0) is outside 'mlp.act'"),
+    (dict(kind="edit", layer=0, name="attn.softmax", head=0, row=0, col=1, value=0.5), "is a future key"),
+    (dict(kind="explode", layer=0), "kind 'explode' is unknown"),
+])
+def test_an_intervention_from_fields_refuses_bad_fields_in_one_line(tiny_model, fields, message):
+    from glassllm.checks import ParameterError
+    from glassllm.trace.interventions import from_fields
+
+    with pytest.raises(ParameterError) as e:
+        from_fields(**fields, axes=tr.registry(tiny_model), config=TINY, n=6)
+    assert e.value.param == "intervention" and message in str(e.value) and "\n" not in str(e.value)
+
+
 def test_mean_ablation_uses_the_reference_traces_mean(tiny_model):
     ref = trace(tiny_model, tokens_for(TINY, 12, seed=13), names="layers.1.attn.mix")
     mean = ref.get("attn.mix", layer=1, head=2).mean(axis=0)               # (D,)

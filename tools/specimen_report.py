@@ -9,7 +9,7 @@ Run from the repository root::
 1. held-out bits per byte by ``glassllm eval``'s count (the stories' own UTF-8 bytes), two ways:
    each story scored alone from the model's document-start token up to its context
    (``glassllm eval --per-document``), with the loss by position band (0-127, 128-255,
-   256-383, 384-511), and over non-overlapping windows of the length the model was trained on;
+   256-383, 384-511; a late band also against the same stories' loss at 0-255), and over non-overlapping windows of the length the model was trained on;
 2. how samples end: 15 samples of at most 150 new tokens (the five card prompts, seeds 0 and 1
    at temperature 0.8 / top-k 40, and greedy), the share that end with the end-of-text token
    before 150 and before 60 new tokens, and their median length in new tokens; and the same 15
@@ -91,7 +91,9 @@ def report(path, valid=VALID) -> dict:
         "per_document": {"bits_per_byte": docs.bits_per_byte, "loss": docs.loss, "tokens": docs.tokens,
                          "bytes": docs.bytes, "documents": docs.documents, "truncated": docs.truncated,
                          "context": docs.context,
-                         "bands": [{"first": a, "last": b, "tokens": n, "loss": loss} for a, b, n, loss in docs.bands]},
+                         "bands": [{"first": a, "last": b, "tokens": n, "loss": loss} for a, b, n, loss in docs.bands],
+                         "same_documents": [{"first": a, "last": b, "documents": k, "loss": loss}
+                                            for a, b, k, loss in docs.same_documents]},
         "windows": {"seq_len": seq_len, "bits_per_byte": windows.bits_per_byte, "loss": windows.loss,
                     "tokens": windows.tokens, "bytes": windows.bytes},
         "samples": short,
@@ -120,7 +122,10 @@ def text(r: dict) -> str:
         f"{d['truncated']} cut): {d['bits_per_byte']:.4f}  (loss {d['loss']:.4f} nats/token, {d['tokens']:,} tokens, "
         f"{d['bytes']:,} bytes)",
         *[f"  positions {b['first']:>3}-{b['last']:<3}: loss {b['loss']:.4f} ({b['tokens']:,} tokens; "
-          f"{b['loss'] / low - 1:+.1%} against 0-255)" for b in d["bands"] if b["tokens"]],
+          f"{b['loss'] / low - 1:+.1%} against 0-255"
+          + (f"; {b['loss'] / ref['loss'] - 1:+.1%} against the same {ref['documents']} stories at 0-255"
+             if b["first"] > 255 else "") + ")"
+          for b, ref in zip(d["bands"], d["same_documents"]) if b["tokens"]],
         f"held-out bits per byte, {w['seq_len']}-token windows: {w['bits_per_byte']:.4f}  (loss {w['loss']:.4f}, "
         f"{w['tokens']:,} tokens, {w['bytes']:,} bytes)",
         f"samples (15, at most {NEW_TOKENS} new tokens): ended before {NEW_TOKENS}: {r['ended_before_150']:.0%}, "

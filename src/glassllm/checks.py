@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ParameterError", "ParameterTypeError", "is_int", "is_number", "check_int"]
+__all__ = ["ParameterError", "ParameterTypeError", "is_int", "is_number", "check_int", "shown"]
 
 
 class ParameterError(ValueError):
@@ -127,3 +127,15 @@ def check_int(name: str, x, low: int | None = None, high: int | None = None, *, 
     if (low is not None and x < low) or (high is not None and x > high):
         raise ParameterError(name, f"must be{span}, got {int(x)}", owner=owner)
     return int(x)
+
+
+def shown(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to about ``limit`` characters: an error line never echoes a whole request.
+
+    >>> shown("x" * 100, 10)
+    "'xxxxxxx...'"
+    """
+    if isinstance(value, str) and len(value) >= limit:
+        return repr(value[:limit - 3] + "...")
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

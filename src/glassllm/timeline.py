@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
+from .limits import parse_json
 
 __all__ = ["Timeline", "load_timeline", "timeline_path_for", "log_steps", "sample_text", "PROBE_SPAN", "SAMPLE_PROMPT",
            "TIMELINE_FORMAT", "TIMELINE_VERSION"]
@@ -211,11 +212,14 @@ def load_timeline(path) -> Timeline:
     meta, tensors = read_tagged(path, TIMELINE_FORMAT, TIMELINE_VERSION, "a glassllm timeline")
     try:
         config = ModelConfig.from_json(meta["model_config"])
-        tl = Timeline(ids=json.loads(meta["ids"]), pieces=json.loads(meta["pieces"]), period=int(meta["period"]),
-                      config=config, schedule=json.loads(meta["schedule"]), steps=json.loads(meta["steps"]),
-                      rows=json.loads(meta["rows"]), attn=tensors["attn"].astype(np.float32),
+        def decoded(name):                           # each metadata field's JSON bounded, as every reader's is
+            return parse_json(meta[name], f"its field {name!r}")
+
+        tl = Timeline(ids=decoded("ids"), pieces=decoded("pieces"), period=int(meta["period"]),
+                      config=config, schedule=decoded("schedule"), steps=decoded("steps"),
+                      rows=decoded("rows"), attn=tensors["attn"].astype(np.float32),
                       probs=tensors["probs"].astype(np.float32),
-                      induction=tensors["induction"].astype(np.float32), history=json.loads(meta["history"]))
+                      induction=tensors["induction"].astype(np.float32), history=decoded("history"))
     except (KeyError, TypeError, ValueError) as e:   # a missing or malformed field
         raise ValueError(f"cannot read the timeline {str(path)!r}: {type(e).__name__}: {e}") from None
     S, n = len(tl.steps), len(tl.ids)

@@ -9,7 +9,7 @@ from ..checks import is_int
 from ..data import resolve_sources
 from ..limits import parse_json
 from ..train import blas_threads, evaluate_text
-from ..train.evaluate import evaluate_documents
+from ..train.evaluate import REFERENCE, evaluate_documents
 from . import load_model_option
 
 __all__ = ["add_cli", "run", "trained_seq_len"]
@@ -30,7 +30,9 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--data", nargs="+", metavar="PATH", required=True,
                         help="text files or folders to evaluate on (same forms as train --data)")
     parser.add_argument("--per-document", action="store_true",
-                        help="score each document alone from its start token, with the loss by position band")
+                        help="score each document alone from its start token, with the loss by position band; "
+                             "a band past position 255 is also compared with the loss at positions 0-255 of the "
+                             "same documents (only the longer documents reach it)")
     parser.add_argument("--seq-len", type=int, default=None,
                         help="window length in tokens (default: the length the model was trained on, from its "
                              "file, or else its context: an imported model's training context); with "
@@ -67,6 +69,9 @@ def run(args) -> int:
             doc = dataclasses.asdict(result)
             doc["bands"] = [{"first": lo, "last": hi, "tokens": n, "loss": None if n == 0 else loss}
                             for lo, hi, n, loss in result.bands]
+            doc["same_documents"] = [{"first": lo, "last": hi, "documents": k, "reference": list(REFERENCE),
+                                      "loss": None if k == 0 else loss}
+                                     for lo, hi, k, loss in result.same_documents]
             print(json.dumps(doc))
         else:
             print(result.line())

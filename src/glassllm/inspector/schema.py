@@ -1,15 +1,15 @@
 """What the inspector's page may ask for: request bodies and the server's limits.
 
-Every request is a JSON object checked twice before any model work:
+Every request is a JSON object checked before any model work:
 
-1. here, by shape and range, with pydantic models that forbid unknown keys
+1. here, by shape and type, with pydantic models that forbid unknown keys
    (a sampling ``temperature`` must be a finite number -- not a bool or a string -- in
-   [0, 100], an intervention's in [0.001, 100];
-   ``layer`` an int >= 0, ...);
-2. in :mod:`glassllm.inspector.data`, against the model and the :class:`Limits`
+   [0, 100]; ``layer`` an int >= 0, ...);
+2. in :mod:`glassllm.inspector.requests`, against the model and the :class:`Limits`
    (``layer`` < n_layers, a head that the chosen snapshot has, a name from the
    tracer's registry, a prompt that fits the context, a snapshot that is not
-   too large).
+   too large). An intervention's fields are checked in one place, the library's
+   :func:`glassllm.trace.interventions.from_fields`.
 
 Both raise errors that the server turns into HTTP 400 with ``{"error": "<one line>"}``.
 
@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
+from ..checks import shown
 from ..optional import require
 from ..trace.names import from_transformer_lens
 
@@ -30,14 +31,12 @@ require("pydantic", "the inspector")
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 __all__ = [
-    "Limits", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
+    "Limits", "InterventionBody", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
     "AttributionRequest",
     "request_key", "describe_validation_error", "shown",
 ]
 
 MAX_PROMPT_CHARS = 20_000  # refused before tokenizing; a 512-token prompt is a few thousand characters
-MAX_EDIT_VALUE = 1e6  # an edited number's magnitude; far beyond anything the model computes, still float32-safe
-MIN_SCORE_TEMPERATURE = 1e-3  # an intervention's score temperature; far below it, scores / T overflow float32
 
 
 @dataclass(frozen=True)
@@ -87,8 +86,9 @@ def _glassllm_name(data):
     return {**data, "name": local, **({"layer": layer} if layer is not None else {})}
 
 
-class Intervention(_Request):
-    """One change to the forward pass of the prompt.
+class InterventionBody(_Request):
+    """One change to the forward pass of the prompt, as a request carries it (its fields' types; their
+    values are checked against the model by :func:`glassllm.trace.interventions.from_fields`).
 
     ``ablate``    zero head ``head`` of layer ``layer`` (its mix rows, before W_O).
     ``mask_off``  switch off the causal mask in layer ``layer``: queries see future keys.
@@ -104,15 +104,18 @@ class Intervention(_Request):
     """
 
     kind: Literal["ablate", "mask_off", "temperature", "edit"]
-    layer: StrictInt = Field(ge=0)
-    head: StrictInt | None = Field(default=None, ge=0)
-    temperature: StrictFloat | None = Field(default=None, ge=MIN_SCORE_TEMPERATURE, le=100.0, allow_inf_nan=False)
+    layer: StrictInt
+    head: StrictInt | None = None
+    temperature: StrictFloat | None = None
     name: str | None = Field(default=None, min_length=1, max_length=64)
-    row: StrictInt | None = Field(default=None, ge=0)
-    col: StrictInt | None = Field(default=None, ge=0)
-    value: StrictFloat | None = Field(default=None, ge=-MAX_EDIT_VALUE, le=MAX_EDIT_VALUE, allow_inf_nan=False)
+    row: StrictInt | None = None
+    col: StrictInt | None = None
+    value: StrictFloat | None = None
 
     _tl_name = model_validator(mode="before")(_glassllm_name)
+
+
+Intervention = InterventionBody  # the name it had first
 
 
 class PromptRequest(_Request):
@@ -149,7 +152,7 @@ class SnapshotRequest(PromptRequest):
     step: StrictInt = Field(default=0, ge=0)
     grad: StrictBool = False
     target: StrictInt | None = Field(default=None, ge=0)
-    intervention: Intervention | None = None
+    intervention: InterventionBody | None = None
 
     _tl_name = model_validator(mode="before")(_glassllm_name)
 
@@ -163,7 +166,7 @@ class HeadsRequest(PromptRequest):
 
     grad: StrictBool = False
     target: StrictInt | None = Field(default=None, ge=0)
-    intervention: Intervention | None = None
+    intervention: InterventionBody | None = None
 
 
 class TimelineRequest(_Request):
@@ -182,7 +185,7 @@ class NextRequest(PromptRequest):
     temperature: StrictFloat = Field(default=1.0, ge=0.0, le=100.0, allow_inf_nan=False)
     top_k: StrictInt | None = Field(default=None, ge=1)
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
-    intervention: Intervention | None = None
+    intervention: InterventionBody | None = None
 
 
 class AttributionRequest(PromptRequest):
@@ -238,10 +241,3 @@ def describe_validation_error(errors: list[dict]) -> str:
         return "request body must be a JSON object"
     return f"{field}: {msg} (got {shown(e.get('input'))})"
 
-
-def shown(value, limit: int = 40) -> str:
-    """``repr(value)`` cut to about ``limit`` characters: an error line never echoes a whole request."""
-    if isinstance(value, str) and len(value) >= limit:
-        return repr(value[:limit - 3] + "...")
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -5,6 +5,10 @@ validates its arguments and names the snapshots it edits) and then applied
 inside :meth:`Tracer.record` at every forward. Ablation and temperature are
 written with autograd ops, so gradients still flow through the untouched
 parts; an :class:`Edit` or a whole-snapshot :class:`Patch` is a constant.
+
+:func:`from_fields` builds one of the four interventions the inspector's page
+offers (``ablate``, ``mask_off``, ``temperature``, ``edit``) from plain fields,
+and is the one check of those fields for a given model and prompt length.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import numpy as np
 
 from .. import autograd as ag
 from ..autograd import Tensor
+from ..checks import ParameterError, is_int, is_number, shown
 from ..config import ModelConfig
+from ..positions import causal_mask
 from .record import Step, Trace
-from .registry import check_index, resolve_all
+from .registry import axis_sizes, check_index, resolve_all
 
 
 def _constant(data: np.ndarray, like: Tensor) -> Tensor:
@@ -452,3 +458,112 @@ class Temperature(Intervention):
     def __repr__(self):
         return f"Temperature({self.temperature}, layers={self.layers}, heads={self.heads})"
 
+
+
+# ----------------------------------------------------------------------------
+# An intervention given by plain fields (the inspector's page and its JSON)
+# ----------------------------------------------------------------------------
+
+KINDS = ("ablate", "mask_off", "temperature", "edit")
+MAX_EDIT_VALUE = 1e6  # an edited number's magnitude; far beyond anything the model computes, still float32-safe
+MIN_SCORE_TEMPERATURE = 1e-3  # a score temperature; far below it, scores / T overflow float32
+MAX_SCORE_TEMPERATURE = 100.0
+HEAD_AXES = ("H", "G")  # axis letters that select a head; a head's slice keeps the axes after it
+
+
+def from_fields(kind: str, layer: int, head: int | None = None, temperature: float | None = None,
+                name: str | None = None, row: int | None = None, col: int | None = None,
+                value: float | None = None, *, axes: dict, config: ModelConfig, n: int) -> Intervention:
+    """The intervention ``kind`` of layer ``layer``, checked against a model and an ``n``-token prompt.
+
+    ``ablate`` (:class:`ZeroAblate` of ``head``), ``mask_off`` (:class:`MaskOff` of the layer),
+    ``temperature`` (:class:`Temperature` ``temperature`` in [0.001, 100], of ``head`` or every
+    head), ``edit`` (:class:`Edit` setting cell ``row``, ``col`` of snapshot ``layers.{layer}.{name}``,
+    head ``head`` when it has a head axis, to ``value`` in [-1e6, 1e6]). ``axes``: the model's
+    registry (:func:`~glassllm.trace.registry`). A field the kind does not take, or a value out of
+    range, raises :class:`~glassllm.checks.ParameterError` with one line naming it.
+
+    >>> from glassllm.nn import Transformer
+    >>> from glassllm.trace import registry
+    >>> model = Transformer(seed=0)
+    >>> from_fields("ablate", 1, head=2, axes=registry(model), config=model.config, n=3)
+    ZeroAblate(layer=1, head=2)
+    >>> from_fields("ablate", 1, axes=registry(model), config=model.config, n=3)
+    Traceback (most recent call last):
+    glassllm.checks.ParameterError: intervention 'ablate' needs a head
+    """
+    L, H = config.n_layers, config.n_heads
+    if kind not in KINDS:
+        _refuse(f"kind {shown(kind)} is unknown; expected one of {', '.join(map(repr, KINDS))}")
+    if not is_int(layer) or not 0 <= layer < L:
+        _refuse(f"layer {shown(layer)} is out of range: this model has layers 0..{L - 1}")
+    for field, given in (("head", head), ("row", row), ("col", col)):
+        if given is not None and (not is_int(given) or given < 0):
+            _refuse(f"{field} {shown(given)} must be an int >= 0")
+    if kind != "edit" and any(v is not None for v in (name, row, col, value)):
+        _refuse(f"{kind!r} takes no name, row, col or value (those are for 'edit')")
+    if kind == "edit":
+        return _edit(layer, head, temperature, name, row, col, value, axes, config, n)
+    if head is not None and head >= H:
+        _refuse(f"head {head} is out of range: attention has heads 0..{H - 1}")
+    if kind == "ablate" and head is None:
+        _refuse("'ablate' needs a head")
+    if kind == "temperature" and temperature is None:
+        _refuse("'temperature' needs a temperature (a number in (0, 100])")
+    if kind != "temperature" and temperature is not None:
+        _refuse(f"{kind!r} takes no temperature; got {temperature}")
+    if kind == "temperature" and not (is_number(temperature)
+                                      and MIN_SCORE_TEMPERATURE <= temperature <= MAX_SCORE_TEMPERATURE):
+        _refuse(f"temperature {shown(temperature)} is out of range: expected a number in "
+                f"[{MIN_SCORE_TEMPERATURE}, {MAX_SCORE_TEMPERATURE:g}]")
+    if kind == "mask_off" and head is not None:
+        _refuse("'mask_off' switches the mask off for the whole layer; send head null")
+    if kind == "ablate":
+        return ZeroAblate(layer, head)
+    if kind == "mask_off":
+        return MaskOff(layers=[layer])
+    return Temperature(temperature, layers=[layer], heads=head)
+
+
+def _edit(layer, head, temperature, name, row, col, value, axes, config, n) -> Edit:
+    """The ``edit`` kind of :func:`from_fields`: one cell of one snapshot inside the blocks."""
+    missing = [f for f, v in (("name", name), ("row", row), ("col", col), ("value", value)) if v is None]
+    if missing:
+        _refuse(f"'edit' needs {', '.join(missing)}")
+    if temperature is not None:
+        _refuse(f"'edit' takes no temperature; got {temperature}")
+    full = f"layers.{layer}.{name}"
+    if full not in axes:
+        inside = sorted({k.split(".", 2)[2] for k in axes if k.startswith("layers.0.")})
+        _refuse(f"'edit': {shown(name)} is not a snapshot inside the blocks; expected one of {', '.join(inside)}")
+    if name == "attn.mask":
+        _refuse("'edit' cannot set the boolean attn.mask; use 'mask_off'")
+    if not is_number(value) or not -MAX_EDIT_VALUE <= value <= MAX_EDIT_VALUE:
+        _refuse(f"'edit': value {shown(value)} is out of range: expected a number in "
+                f"[{-MAX_EDIT_VALUE:g}, {MAX_EDIT_VALUE:g}]")
+    names = axes[full]
+    head_axis = next((a for a in names if a in HEAD_AXES), None)
+    heads = {"H": config.n_heads, "G": config.n_kv_heads}.get(head_axis, 0)
+    if head_axis is None and head is not None:
+        _refuse(f"'edit': {name!r} has no head axis; send head null")
+    if head_axis is not None and (head is None or head >= heads):
+        _refuse(f"'edit': {name!r} needs a head in 0..{heads - 1}, got {head}")
+    sizes = axis_sizes(config, n, n)
+    matrix = [sizes[a] for a in names if a not in HEAD_AXES] + [1]     # (rows, cols[, 1]): a (n,) shows as (n, 1)
+    if row >= matrix[0] or col >= matrix[1]:
+        _refuse(f"'edit': cell ({row}, {col}) is outside {name!r}, which is {matrix[0]} x {matrix[1]} for this prompt")
+    if name in ("attn.scores", "attn.softmax") and causal_mask(n, n)[row, col]:
+        # (the prompt's pass: no cache, no padding)
+        _refuse(f"'edit': cell ({row}, {col}) of {name!r} is a future key, masked by rule (its weight is 0 "
+                "whatever the score); switch the mask off with 'mask_off' to let queries read the future")
+    cell = ((head,) if head is not None else ()) + (row,)
+
+    def set_cell(a):                                                     # one batch row, batch axis removed
+        index = cell + ((col,) if a.ndim > len(cell) else ())            # a (n,) snapshot has no col
+        a[index] = value
+        return a
+    return Edit(full, set_cell)
+
+
+def _refuse(problem: str):
+    raise ParameterError("intervention", problem)

@@ -38,6 +38,7 @@ __all__ = ["EvalResult", "DocumentEval", "BANDS", "evaluate", "evaluate_text", "
            "start_context", "document_ids"]
 
 BANDS = ((0, 127), (128, 255), (256, 383), (384, 511))   # position bands of the per-document loss (inclusive)
+REFERENCE = (0, 255)    # the positions a band is compared with, in the same documents (DocumentEval.same_documents)
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,10 @@ class DocumentEval:
     context: int
     bands: tuple          # ((first, last, tokens, loss), ...): the loss of the predictions made at input
                           # positions first..last (position 0 is the start token)
+    same_documents: tuple = ()   # ((first, last, documents, loss), ...), one per band: the documents that reach
+                                 # the band's first position, and their loss at positions REFERENCE. Only the
+                                 # longer documents reach a late band, so compare a band with this, not with
+                                 # the first bands (which average over every document, short ones too).
 
     def line(self) -> str:
         return (f"loss {self.loss:.4f}  perplexity {self.perplexity:.3f}  bits/byte {self.bits_per_byte:.4f}  "
@@ -248,8 +253,15 @@ class DocumentEval:
                 f"{_count(self.documents, 'document')}, {self.truncated:,} cut at {self.context} tokens)")
 
     def band_lines(self) -> list[str]:
-        return [f"  positions {lo:>3}-{hi:<3} loss {'-' if n == 0 else f'{loss:.4f}':>7}  ({_count(n, 'token')})"
-                for lo, hi, n, loss in self.bands]
+        lines = []
+        same = self.same_documents or [None] * len(self.bands)
+        for (lo, hi, n, loss), ref in zip(self.bands, same):
+            line = f"  positions {lo:>3}-{hi:<3} loss {'-' if n == 0 else f'{loss:.4f}':>7}  ({_count(n, 'token')})"
+            if n and ref is not None and lo > REFERENCE[1]:
+                line += (f"; the same {_count(ref[2], 'document')} at {REFERENCE[0]}-{REFERENCE[1]}: {ref[3]:.4f}, "
+                         f"this band {loss / ref[3] - 1:+.1%}")
+            lines.append(line)
+        return lines
 
 
 def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: int | None = None,
@@ -270,6 +282,11 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
     n_bytes = int(sum(text_bytes(tokenizer, d)[1:].sum() for d in docs))
     by_pos = np.zeros(context, dtype=np.float64)                      # nats of the predictions at each position
     count = np.zeros(context, dtype=np.int64)
+    ref_lo, ref_hi = REFERENCE
+    ref_nats = np.zeros(len(bands), dtype=np.float64)                 # per band: nats at REFERENCE of the
+    ref_tokens = np.zeros(len(bands), dtype=np.int64)                 # documents that reach its first position
+    ref_docs = np.zeros(len(bands), dtype=np.int64)
+    firsts = np.array([first for first, _ in bands])
     order = sorted(range(len(docs)), key=lambda k: len(docs[k]))      # similar lengths share a batch
     with no_grad():
         for lo in range(0, len(order), batch_size):
@@ -283,6 +300,12 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
             nll = _token_nats(model, x, y)                                # (B, n)
             by_pos[:n] += np.where(mask, nll, 0.0).sum(axis=0)
             count[:n] += mask.sum(axis=0)
+            for b, d in enumerate(group):
+                reaches = firsts < len(d) - 1                             # predictions at positions 0..len(d)-2
+                ref = nll[b, ref_lo:min(ref_hi + 1, len(d) - 1)]
+                ref_nats[reaches] += ref.sum()
+                ref_tokens[reaches] += ref.size
+                ref_docs[reaches] += 1
     nats, tokens = float(by_pos.sum()), int(count.sum())
     if not math.isfinite(nats):
         raise ValueError(f"the model's loss on this text is {nats} (not finite): its numbers overflow; "
@@ -296,4 +319,7 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
     return DocumentEval(loss=loss, perplexity=math.exp(loss) if loss < 709.0 else math.inf,
                         bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)), nats=nats, tokens=tokens,
                         bytes=n_bytes, documents=len(docs), truncated=truncated, context=int(context),
-                        bands=tuple(rows))
+                        bands=tuple(rows),
+                        same_documents=tuple((first, last, int(k), float(nats_ / n_) if n_ else math.nan)
+                                             for (first, last), k, nats_, n_ in zip(bands, ref_docs, ref_nats,
+                                                                                   ref_tokens)))
