@@ -391,8 +391,12 @@ class LazyTrace(Trace):
 
     Computed blocks are kept, least recently read first out, within ``keep_bytes``. Every pass runs the
     model's reference code, as a full :func:`~glassllm.trace.trace` does (no fused kernel), and records a
-    block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. The
-    backward runs a block at a time (as gradient checkpointing does), passing the stored gradient on.
+    block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. With
+    ``targets`` (or ``graph=True`` and a later :meth:`backward`), the forward's graph is kept until the
+    backward, which then runs once over the whole model (the weights need no gradient: a trace keeps
+    none), and every block's attention weights are kept for :meth:`across` if they fit in ``keep_bytes``;
+    a backward without that graph runs a block at a time (as gradient checkpointing does), each block's
+    forward again, passing the stored gradient on.
 
     >>> from glassllm.nn import Transformer
     >>> from glassllm.trace import trace
@@ -402,7 +406,8 @@ class LazyTrace(Trace):
     ((4, 3, 3), (3, 352))
 
     ``targets`` (n,): next-token ids, ``IGNORE_INDEX`` where the loss does not count (None: values
-    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB).
+    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB). ``graph``: keep
+    the forward's graph for one :meth:`backward` (memory: every block's intermediates until then).
     ``nbytes`` is what the trace holds now; ``reserved_bytes`` what it may grow to.
     """
 
