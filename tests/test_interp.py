@@ -398,6 +398,15 @@ def test_the_inspector_tables_are_the_lens_and_the_attributions(model):
     np.testing.assert_array_equal(np.asarray(top), lens.argmax(-1))
     p = np.exp(lens - lens.max(-1, keepdims=True))
     np.testing.assert_allclose(np.asarray(prob), (p / p.sum(-1, keepdims=True)).max(-1), rtol=1e-12)
+    lazy = trace(model, toks, lazy=True)                                 # the streams a lazy trace keeps
+    held = lazy.nbytes
+    top2, prob2 = lens_top(model, toks, trace=lazy)
+    top3, prob3 = lens_top(model, toks, trace=trace(model, toks))       # a full trace's streams, bit for bit
+    np.testing.assert_array_equal(np.asarray(top2), np.asarray(top3))
+    np.testing.assert_array_equal(np.asarray(prob2), np.asarray(prob3))
+    np.testing.assert_array_equal(np.asarray(top2), np.asarray(top))
+    np.testing.assert_allclose(np.asarray(prob2), np.asarray(prob), rtol=1e-12)
+    assert lazy.nbytes == held                                           # no block computed to read them
     bars = direct_attribution(model, toks, position=-2)
     logits = trace(model, toks, names="logits").get("logits")
     assert bars.baseline["token"] == int(logits[4].argmax()) and bars.baseline["position"] == 4

@@ -69,7 +69,7 @@ def test_kept_blocks_stay_within_their_bytes():
                 for k in full.names() if k.startswith("layers.0."))   # one block's snapshots and gradients
     keep = int(1.5 * block)
     lazy = LazyTrace(model, ids, ids, keep_bytes=keep)
-    fixed = LazyTrace(model, ids, ids, keep_bytes=0).nbytes - block   # with just one block kept
+    fixed = lazy.nbytes                          # no block computed yet: one graph's forward and backward
     assert lazy.reserved_bytes == fixed + keep
     for i in [0, 1, 2, 0, 2]:
         lazy.get(f"layers.{i}.mlp.act")
@@ -85,19 +85,22 @@ def test_lazy_refuses_what_it_cannot_follow():
         trace(model, [[1, 2], [3, 4]], lazy=True)
 
 
-def test_a_loss_added_after_the_forward_gives_the_same_gradients():
-    """The inspector's way: one forward, the target read from its own last logits, then the backward."""
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_loss_added_after_the_forward_gives_the_same_gradients(graph):
+    """The inspector's way: one forward, the target read from its own last logits, then the backward
+    (``graph=True``: on the forward's own graph, without a second forward)."""
     config = CONFIGS["gqa3"]
     model = randomize(Transformer(config, seed=6, dtype=np.float64), np.random.default_rng(7))
     ids = np.arange(3, 13) % config.vocab_size
-    lazy = LazyTrace(model, ids)
+    lazy = LazyTrace(model, ids, graph=graph)
     lazy.get("layers.1.attn.softmax")                    # a block read before the loss: recomputed after it
     targets = np.full(len(ids), -100)
     targets[-1] = int(np.argmax(lazy.last_logits))
     lazy.backward(targets)
     full = trace(model, ids, targets=targets)
     assert lazy.loss == full.loss
-    for k in ("layers.1.attn.softmax", "layers.0.mlp.act", "embed", "logits", "norm.rms"):
+    for k in ("layers.1.attn.softmax", "layers.0.mlp.act", "embed", "logits", "norm.rms", "probs",
+              "layers.1.resid_post", "layers.0.resid_pre"):
         _close(lazy.grad(k), full.grad(k), k)
         _close(lazy.get(k), full.get(k), k)
     with pytest.raises(ValueError, match="one backward per trace"):
@@ -112,6 +115,12 @@ def test_across_gives_every_blocks_snapshot_in_one_forward():
     every = LazyTrace(model, ids, interventions=[ZeroAblate(0, 1)]).across("attn.softmax", "attn.mask")
     assert sorted(every) == sorted(f"layers.{i}.attn.{k}" for i in range(config.n_layers) for k in ("softmax", "mask"))
     for k, v in every.items():
+        _close(v, full.get(k), k)
+    kept = LazyTrace(model, ids, interventions=[ZeroAblate(0, 1)], graph=True)   # kept from its forward
+    before = kept.nbytes
+    again = kept.across("attn.softmax", "attn.mask")
+    assert kept.nbytes == before and sorted(again) == sorted(every)
+    for k, v in again.items():
         _close(v, full.get(k), k)
     with pytest.raises(ValueError, match="not a snapshot"):
         LazyTrace(model, ids).across("attn.nope")

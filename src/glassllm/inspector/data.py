@@ -133,11 +133,12 @@ class Inspector:
     def lens(self, req: PromptRequest) -> dict:
         """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's
         input, the last layer's output) and position, the most likely token and its probability."""
-        from ..trace import lens_top
+        from ..trace import LazyTrace, lens_top
 
         ids = self.encode(req.prompt)
-        self.runs.prompt(ids, None, None, True)                          # refuses a non-finite pass (cached)
-        top, prob = lens_top(self.runs.replica(), ids)                   # this thread's copy of the model
+        run = self.runs.prompt(ids, None, None, True)                    # refuses a non-finite pass (cached)
+        kept = run.trace if isinstance(run.trace, LazyTrace) else None   # its residual streams, if it keeps them
+        top, prob = lens_top(self.runs.replica(), ids, trace=kept)       # this thread's copy of the model
         return views.lens_view(top, prob, ids, self._vocab)
 
     def attribution(self, req: AttributionRequest) -> dict:

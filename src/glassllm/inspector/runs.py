@@ -161,7 +161,8 @@ def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> R
     tokens = np.array(ids)                                               # (n,)
     edit = iv is not None and iv.kind == "edit"
     with np.errstate(all="ignore"):                                      # overflow is refused below instead
-        lazy = LazyTrace(model, tokens, None, edits(iv, model, len(ids)), keep_bytes=keep_bytes)
+        # With gradients: one forward and one backward on one graph (the backward follows at once).
+        lazy = LazyTrace(model, tokens, None, edits(iv, model, len(ids)), keep_bytes=keep_bytes, graph=grad)
         if not np.isfinite(lazy.last_logits).all():
             target = None                                                # refused below, before any backward
         elif grad:

@@ -156,12 +156,15 @@ def logit_attrs(model, tokens, answer, wrong=None, *, interventions=(), tokenize
                     "direct logit attribution", {"total": total})
 
 
-def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0) -> tuple[Labelled, Labelled]:
+def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0,
+             trace=None) -> tuple[Labelled, Labelled]:
     """The logit lens as a table: for every stream and position, its most likely token and that probability.
 
     Returns ``(ids, probs)``, each (L + 1, n) with axes ``stream``, ``position``
-    (the inspector's logit-lens view: one cell per stream and position). Computed a stream and a few
-    positions at a time in the model's dtype, so a large vocabulary never makes the whole lens.
+    (the inspector's logit-lens view: one cell per stream and position). Computed a stream at a time
+    (a few hundred positions) in the model's dtype, so a large vocabulary never makes the whole lens.
+    ``trace``: a trace of these ``tokens`` under these ``interventions`` that holds the residual streams
+    (a :class:`~glassllm.trace.LazyTrace` keeps them), read instead of running the model again.
 
     >>> from glassllm.nn import Transformer
     >>> ids, probs = lens_top(Transformer(seed=0), [5, 6, 7])
@@ -170,18 +173,21 @@ def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0)
     """
     L = model.config.n_layers
     names = [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post"]
-    t = _run(model, tokens, names, interventions, batch)
+    t = _run(model, tokens, names, interventions, batch) if trace is None else trace
     n = t.get(names[0]).shape[0]
     top = np.empty((L + 1, n), dtype=np.int64)
     prob = np.empty((L + 1, n), dtype=np.float64)
-    # A stream and a few positions at a time, in the model's dtype: never the (L+1, n, V) lens itself.
-    rows = max(1, (8 << 20) // (4 * model.config.vocab_size))
+    # Up to 64 MB of logits at a time, in the model's dtype: never the (L+1, n, V) lens itself, and
+    # rows enough for the output GEMM to run at full speed.
+    rows = max(1, (64 << 20) // (4 * model.config.vocab_size))
     for s, k in enumerate(names):
         x = t.get(k)                                                    # (n, C)
         for lo in range(0, n, rows):
             logits = _unembed(model, x[lo:lo + rows])                   # (r, V)
-            top[s, lo:lo + rows] = logits.argmax(axis=-1)
-            prob[s, lo:lo + rows] = np.exp(logits.max(axis=-1) - ag.logsumexp_np(logits, axis=-1))  # p of the top
+            best = logits.argmax(axis=-1)                               # (r,)
+            top[s, lo:lo + rows] = best
+            peak = logits[np.arange(len(best)), best]                   # (r,) the row maxima
+            prob[s, lo:lo + rows] = np.exp(peak - ag.logsumexp_np(logits, axis=-1))  # p of the top
     dims, labels = ("stream", "position"), [names, _position_labels(t.tokens, n, tokenizer)]
     return (Labelled(top, dims, labels, "logit lens: top token"),
             Labelled(prob, dims, labels, "logit lens: its probability"))

@@ -107,8 +107,12 @@ class Tracer:
         active = self._active
         return any(k in active for k in names)
 
+    leaf_at_embedding = False       # trace(targets=): the weights need no gradient, the embedding is a leaf
+
     def record(self, name: str, t: Tensor) -> Tensor:
         """Apply the interventions on ``name``, store it if selected; return what flows on."""
+        if self.leaf_at_embedding and name == "embed" and ag.is_grad_enabled() and not t.requires_grad:
+            t = Tensor(t.data, requires_grad=True)              # d loss / d embed, without the weights'
         if name not in self._active:
             return t
         if not self.steps:
@@ -205,6 +209,21 @@ def parameter_grads_kept(model):
             p.grad = g
 
 
+@contextmanager
+def weights_frozen(model):
+    """Inside, the model's parameters need no gradient: a backward pass computes the gradients of the
+    activations only (a trace keeps no weight gradient, so it skips their GEMMs). The graph is recorded
+    where some input needs a gradient (a lazy trace's block input)."""
+    params = model.parameters()
+    for p in params:
+        p.requires_grad = False
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad = True
+
+
 IGNORE_INDEX = -100    # a target equal to this adds nothing to the loss (glassllm.autograd.cross_entropy)
 
 
@@ -274,7 +293,8 @@ def trace(model, tokens, names=None, *, targets=None, loss_at=None, cache=None, 
         out = tracer.trace
         out.without_loss = True
         return _finish(out, logits, batch, tokenizer)
-    with parameter_grads_kept(model), tracer:
+    tracer.leaf_at_embedding = True                          # the weights frozen: the graph starts there
+    with parameter_grads_kept(model), weights_frozen(model), tracer:
         logits = model(tokens, cache)
         loss = ag.cross_entropy(logits, targets, IGNORE_INDEX)
         loss.backward()
@@ -337,6 +357,21 @@ class _Reference(Tracer):
         return True
 
 
+class _SameGraph(_Reference):
+    """A :class:`_Reference` whose graph is a full trace's: every snapshot it does not record still gets the
+    identity node a recorded one gets, so a backward sums each gradient in the full trace's order."""
+
+    also: frozenset = frozenset()   # names whose values are stored too, without a gradient
+
+    def record(self, name, t):
+        if name in self.selected or name not in self.axes:
+            return super().record(name, t)
+        t = super().record(name, t)                                       # its interventions first
+        if name in self.also:
+            self.steps[-1].values[name] = self._keep(name, t.data)
+        return ag.reshape(t, t.shape) if ag.is_grad_enabled() and t.requires_grad else t
+
+
 class LazyTrace(Trace):
     """The :class:`~glassllm.trace.Trace` of one forward of one row of tokens, computed a block at a time
     when read. Made by ``trace(model, tokens, lazy=True)``.
@@ -356,8 +391,12 @@ class LazyTrace(Trace):
 
     Computed blocks are kept, least recently read first out, within ``keep_bytes``. Every pass runs the
     model's reference code, as a full :func:`~glassllm.trace.trace` does (no fused kernel), and records a
-    block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. The
-    backward runs a block at a time (as gradient checkpointing does), passing the stored gradient on.
+    block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. With
+    ``targets`` (or ``graph=True`` and a later :meth:`backward`), the forward's graph is kept until the
+    backward, which then runs once over the whole model (the weights need no gradient: a trace keeps
+    none), and every block's attention weights are kept for :meth:`across` if they fit in ``keep_bytes``;
+    a backward without that graph runs a block at a time (as gradient checkpointing does), each block's
+    forward again, passing the stored gradient on.
 
     >>> from glassllm.nn import Transformer
     >>> from glassllm.trace import trace
@@ -367,11 +406,13 @@ class LazyTrace(Trace):
     ((4, 3, 3), (3, 352))
 
     ``targets`` (n,): next-token ids, ``IGNORE_INDEX`` where the loss does not count (None: values
-    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB).
+    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB). ``graph``: keep
+    the forward's graph for one :meth:`backward` (memory: every block's intermediates until then).
     ``nbytes`` is what the trace holds now; ``reserved_bytes`` what it may grow to.
     """
 
-    def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20):
+    def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20,
+                 graph: bool = False):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
@@ -391,9 +432,14 @@ class LazyTrace(Trace):
 
         # One forward, keeping the residual stream between blocks (and the logits, for the loss).
         base = ["embed"] + [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post", "logits"]
-        probe = _Reference(self._model, base, dtype=dtype, interventions=self._interventions)
-        with ag.no_grad(), probe:
-            self._model(tokens)
+        self._graph = None
+        self._across: dict[str, np.ndarray] = {}          # every block's attention weights, if kept
+        if (graph or targets is not None) and ag.is_grad_enabled():
+            probe = self._forward_kept(base)
+        else:
+            probe = _Reference(self._model, base, dtype=dtype, interventions=self._interventions)
+            with ag.no_grad(), probe:
+                self._model(tokens)
         step = probe.trace.steps[0]
         self._inputs = [step.values[f"layers.{i}.resid_pre"] for i in range(L)]       # (n, C) each
         self._final = step.values[f"layers.{L - 1}.resid_post"]                         # (n, C)
@@ -404,6 +450,9 @@ class LazyTrace(Trace):
             Step(0, n, n, 0, tokens[0].copy(), values=kept, paths=dict(step.paths))], 0, probe.trace.dtype,
             [repr(iv) for iv in self._interventions])
         self._always = dict(kept)
+        # The residual stream between the blocks, as kept: read without computing a block.
+        self._streams = {f"layers.{i}.resid_pre": a for i, a in enumerate(self._inputs)}
+        self._streams[f"layers.{L - 1}.resid_post"] = self._final
         self.logits = logits
         self._out_grads: list[np.ndarray | None] = [None] * L
         self._targets = None
@@ -429,6 +478,9 @@ class LazyTrace(Trace):
             self._held = 0
             self._targets = targets.reshape(1, self._n)
             self.without_loss = False
+            if self._graph is not None:
+                self._backward_kept()
+                return self
             # Each segment records its own snapshots on the way, as a full trace does: the same graph,
             # so the same sums in the same order, and the last blocks computed are kept.
             g = self._segment("outer")
@@ -447,17 +499,64 @@ class LazyTrace(Trace):
         unknown = [k for k in names if k not in self.axes]
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not a snapshot of this model")
+        if all(k in self._across for k in names):
+            return {k: self._across[k] for k in names}     # kept from the forward
         probe = _Reference(self._model, names, dtype=self._dtype, interventions=self._interventions)
         with self._lock, ag.no_grad(), probe:
             self._model(self._tokens)
         return dict(probe.trace.steps[0].values)
+
+    # -- one forward and one backward on one graph -----------------------------------
+    def _forward_kept(self, base: list[str]) -> Tracer:
+        """The forward on one graph from a leaf at the embedding, the weights frozen, recording ``base``;
+        the graph waits for :meth:`backward`. Each block runs as :meth:`_block` runs it, and every snapshot
+        has the identity node a full trace gives it, so the gradients between the blocks are a full
+        trace's, bit for bit."""
+        model, n, tokens = self._model, self._n, self._tokens
+        probe = _SameGraph(model, base, dtype=self._dtype, interventions=self._interventions)
+        # Every block's attention weights and mask, for across() (the head grid), if they fit in keep_bytes.
+        c = model.config
+        if c.n_layers * (c.n_heads * 4 + 1) * n * n <= self._keep:
+            probe.also = frozenset(f"layers.{i}.attn.{k}" for i in range(c.n_layers) for k in ("softmax", "mask"))
+        cos, sin = model.rotary.tables(np.arange(0, n))                    # (n, D/2)
+        with weights_frozen(model), probe, kernels.chosen(model.kernel_slots, n=n, m=n, cache=None) as plan:
+            model.begin_forward(plan, n=n, m=n, start=0, tokens=tokens)
+            with ag.no_grad():
+                x = model.snap("embed", model.tok_embeddings.run(tokens))  # (1, n, C)
+            x = Tensor(x.data, requires_grad=True)                          # the leaf: d loss / d embed
+            h = x
+            for block in model.layers:
+                h = block.run(h, (cos, sin), None, 0, None)                 # (1, n, C)
+            logits = model.snap("logits", model.output.run(model.norm.run(h)))  # (1, n, V)
+        self._graph = (probe, x, logits)
+        self._across = {k: probe.trace.steps[0].values.pop(k) for k in probe.also}
+        return probe
+
+    def _backward_kept(self) -> None:
+        """The loss back-propagated through the graph of :meth:`_forward_kept`: the gradient at each
+        block's output and at the embedding."""
+        probe, leaf, logits = self._graph
+        self._graph = None
+        L = len(self._inputs)
+        with weights_frozen(self._model):
+            loss = ag.cross_entropy(logits, self._targets, IGNORE_INDEX)
+            loss.backward()
+        self.loss = float(loss.item())
+        probe.collect_grads()
+        grads = probe.trace.steps[0].grads
+        for i in range(L - 1):
+            self._out_grads[i] = grads[f"layers.{i + 1}.resid_pre"]           # (n, C)
+        self._out_grads[L - 1] = grads[f"layers.{L - 1}.resid_post"]
+        g = self._stored(leaf.grad if leaf.grad is not None else np.zeros_like(leaf.data))  # (n, C)
+        self.steps[0].grads["embed"] = g
+        self._always["embed.grad"] = g
 
     # -- bytes -----------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         fixed = sum(a.nbytes for a in self._inputs) + self._final.nbytes + self.last_logits.nbytes + self.logits.nbytes
         fixed += sum(g.nbytes for g in self._out_grads if g is not None)
-        fixed += sum(a.nbytes for a in self._always.values())
+        fixed += sum(a.nbytes for a in self._always.values()) + sum(a.nbytes for a in self._across.values())
         return fixed + self._held
 
     @property
@@ -468,6 +567,8 @@ class LazyTrace(Trace):
     def _read(self, name, layer, head, step, grads: bool) -> np.ndarray:
         full = self.name(name, layer)
         self.step(step)                                      # one step: refuses another index
+        if not grads and full in self._streams:
+            return self._streams[full]                       # (n, C), read-only
         with self._lock:
             self._ensure(full)
             return super()._read(full, None, head, step, grads)
@@ -524,7 +625,7 @@ class LazyTrace(Trace):
         ``grad_out`` is "loss") and return d/dx."""
         want_grad = grad_out is not None
         model = self._model
-        with parameter_grads_kept(model), (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
+        with weights_frozen(model), (contextlib.nullcontext() if want_grad else ag.no_grad()), tracer:
             tracer.begin_forward(n=self._n, m=self._n, start=0, tokens=self._tokens)
             leaf = Tensor(np.asarray(x, dtype=model.dtype)[None], requires_grad=want_grad)
             out = fn(leaf)
