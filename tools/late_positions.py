@@ -29,10 +29,10 @@ from specimen_report import VALID
 def nats(model, ids) -> np.ndarray:
     """Nats of each next token of ``ids`` (one sequence), in float64."""
     from glassllm.autograd import no_grad
-    from glassllm.train.evaluate import _token_nats
+    from glassllm.train.evaluate import token_nats
 
     with no_grad():
-        return _token_nats(model, np.asarray(ids)[None, :-1], np.asarray(ids)[None, 1:])[0]
+        return token_nats(model, np.asarray(ids)[None, :-1], np.asarray(ids)[None, 1:])[0]
 
 
 def late_positions(path, valid=VALID, first: int = 256, last: int = 383, windows=(128, 192)) -> dict:

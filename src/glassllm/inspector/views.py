@@ -19,6 +19,7 @@ import base64
 import numpy as np
 
 from .. import kernels
+from ..checks import is_int
 from ..limits import parse_json
 from ..sampling import sampling_distribution
 from ..trace.explain import explain
@@ -120,10 +121,11 @@ def _earlier_steps(meta: dict) -> dict:
     if "base" not in meta:
         return {}
     try:
-        steps = parse_json(meta["base"], "the model file's field 'base'").get("steps")
-    except (ValueError, AttributeError):
+        base = parse_json(meta["base"], "the model file's field 'base'")
+    except ValueError:
         return {}
-    return {"steps_before": str(steps)} if isinstance(steps, int) and not isinstance(steps, bool) else {}
+    steps = base.get("steps") if isinstance(base, dict) else None
+    return {"steps_before": str(steps)} if is_int(steps) else {}
 
 
 def _explain(local: str) -> dict:

@@ -35,7 +35,7 @@ from ..checks import ParameterError
 from ..nn import Transformer
 
 __all__ = ["EvalResult", "DocumentEval", "BANDS", "evaluate", "evaluate_text", "evaluate_documents", "text_bytes",
-           "start_context", "document_ids"]
+           "start_context", "document_ids", "token_nats"]
 
 BANDS = ((0, 127), (128, 255), (256, 383), (384, 511))   # position bands of the per-document loss (inclusive)
 REFERENCE = (0, 255)    # the positions a band is compared with, in the same documents (DocumentEval.same_documents)
@@ -110,10 +110,10 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
 
 def _nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> float:
     """Summed negative log-likelihood of targets ``y`` (B, T), in float64."""
-    return float(_token_nats(model, x, y).sum())
+    return float(token_nats(model, x, y).sum())
 
 
-def _token_nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def token_nats(model: Transformer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Negative log-likelihood of each target of ``y`` (B, T), in float64: (B, T)."""
     z = model(x).data.astype(np.float64)                                # (B, T, V)
     lse = logsumexp_np(z, axis=-1)                                      # (B, T)
@@ -297,7 +297,7 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
             mask = np.zeros((len(group), n), dtype=bool)
             for b, d in enumerate(group):                                 # padded at the end: causal attention
                 x[b, :len(d) - 1], y[b, :len(d) - 1], mask[b, :len(d) - 1] = d[:-1], d[1:], True
-            nll = _token_nats(model, x, y)                                # (B, n)
+            nll = token_nats(model, x, y)                                # (B, n)
             by_pos[:n] += np.where(mask, nll, 0.0).sum(axis=0)
             count[:n] += mask.sum(axis=0)
             for b, d in enumerate(group):
