@@ -199,7 +199,7 @@ def phase_inspector(path: str, n: int) -> dict:
         "another layer's attention": timed(inspector.snapshot, SnapshotRequest(
             prompt=prompt, name="attn.softmax", layer=L // 2, head=1)),
         "a gradient of another layer": timed(inspector.snapshot, SnapshotRequest(
-            prompt=prompt, name="mlp.act", layer=L - 1, grad=True)),
+            prompt=prompt, name="mlp.out", layer=L - 1, grad=True)),   # width C: within --max-cells
         "back to the first layer": timed(inspector.snapshot, SnapshotRequest(
             prompt=prompt, name="attn.q", layer=0, head=2)),
         "a gradient of a middle layer": timed(inspector.snapshot, SnapshotRequest(
