@@ -39,8 +39,8 @@ its cache holds.
 
 Run from the repository root (the machine may be shared: be nice)::
 
-    nice -n 5 python bench/bench_classroom.py                     # 30 students x 5 min
-    nice -n 5 python bench/bench_classroom.py --duration 60       # a shorter smoke run
+    nice -n 5 python -m bench.bench_classroom                     # 30 students x 5 min
+    nice -n 5 python -m bench.bench_classroom --duration 60       # a shorter smoke run
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from bench.benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -432,7 +432,7 @@ def main(argv=None) -> int:
     }
     report = {
         "benchmark": "classroom", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": "python bench/bench_classroom.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.bench_classroom " + " ".join(argv if argv is not None else sys.argv[1:]),
         "config": {"students": args.students, "duration_s": args.duration, "elapsed_s": round(elapsed, 1),
                    "model": model_path.name, "cache_mb": args.cache_mb, "allowance_mb": allowance_mb,
                    "workers": workers, "prompt_tokens": {"min": min(lengths),

@@ -12,7 +12,7 @@ against two, the scaling DDP buys). Results go to JSON.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_ddp.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_ddp
 """
 
 from __future__ import annotations

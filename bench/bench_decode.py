@@ -28,7 +28,7 @@ The model is the bundled one when present, else random weights of a trained-like
 scale (so greedy choices are not near-ties and both sides must agree token for
 token). Results go to JSON. Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_decode.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_decode
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from bench.benchlib import environment, time_round_robin, write_report  # noqa: E402
 from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # glassllm_testing.randomize: trained-like random weights
 
 
 # ----------------------------------------------------------------------------
@@ -61,7 +60,7 @@ def load(seed: int):
     if bundled_model_path().exists():
         model, _, _ = load_model(bundled_model_path(), dtype=np.float32)
         return model, "bundled"
-    from glassllm_testing import randomize
+    from tests.support.glassllm_testing import randomize
     model = randomize(Transformer(seed=seed, dtype=np.float32), np.random.default_rng(seed + 1))
     return model, "random (trained-like scale)"
 

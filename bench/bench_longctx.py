@@ -35,7 +35,7 @@ heap the first one freed and show nothing. Results go to JSON.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_longctx.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_longctx
 """
 
 from __future__ import annotations
@@ -51,11 +51,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from bench.benchlib import environment, time_round_robin, write_report  # noqa: E402
 from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 MIB = 2 ** 20
 H, G, D = 4, 2, 32
@@ -89,7 +88,7 @@ def model_pair(T: int, seed: int = 0, torch_too: bool = True):
     if torch_too:
         import torch
 
-        from torch_reference import TorchLlama
+        from tests.support.torch_reference import TorchLlama
         twin = TorchLlama(config.to_dict(), dtype=torch.float32, attention="sdpa")
         twin.load_glassllm_state(model.state_dict())
     tokens = np.random.default_rng(seed).integers(0, config.vocab_size, (1, T + 1))

@@ -18,7 +18,7 @@ target compares the peaks: glassllm's must not exceed PyTorch's.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_memory.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_memory
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from bench.benchlib import environment, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("glassllm", "torch_sdpa", "torch_eager")
@@ -74,8 +74,7 @@ def child(name: str, batch: int, seq: int, steps: int) -> dict:
     else:
         import torch
 
-        sys.path.insert(0, str(ROOT / "tests"))
-        from torch_reference import TorchLlama
+        from tests.support.torch_reference import TorchLlama
 
         torch.set_num_threads(1)
         config = dict(vocab_size=1024, dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=352,

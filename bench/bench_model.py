@@ -16,7 +16,7 @@ ratio glassllm / torch (> 1 means glassllm is slower). Results go to JSON.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_model.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_model
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from bench.benchlib import environment, time_round_robin, write_report  # noqa: E402
 from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 
 def build(batch: int, seq: int, seed: int):
@@ -42,7 +41,7 @@ def build(batch: int, seq: int, seed: int):
 
     from glassllm.config import ModelConfig
     from glassllm.nn import Transformer
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     config = ModelConfig()
     if seq > config.max_seq_len:

@@ -23,7 +23,7 @@ Measured, 1 BLAS thread (``--threads``), medians of ``--repeats``:
 
 Run by ``bench/run --scale`` (minutes, not part of the default run), or alone::
 
-    nice -n 5 python bench/bench_scale.py --shapes 135m --out bench/results/scale.json
+    nice -n 5 python -m bench.bench_scale --shapes 135m --out bench/results/scale.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 SHAPES = {
     "135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
@@ -246,7 +245,7 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
     from threadpoolctl import threadpool_limits
     from transformers import LlamaForCausalLM
 
-    from benchlib import time_round_robin
+    from bench.benchlib import time_round_robin
     from glassllm.autograd import no_grad
     from glassllm.checkpoint import load_model
     from glassllm.generate import generate
@@ -526,7 +525,7 @@ def main(argv=None) -> int:
     bad = [s for s in shapes if s not in SHAPES]
     if bad or args.repeats < 1:
         parser.error(f"--shapes takes {', '.join(SHAPES)}; --repeats >= 1")
-    from benchlib import environment, write_report
+    from bench.benchlib import environment, write_report
 
     load_before = os.getloadavg()
     results = {}
@@ -539,7 +538,7 @@ def main(argv=None) -> int:
     table = markdown(results, env)
     from datetime import datetime, timezone
 
-    report = {"command": "python bench/bench_scale.py " + " ".join(argv), "environment": env,
+    report = {"command": "python -m bench.bench_scale " + " ".join(argv), "environment": env,
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "threads": 1, "results": results, "targets": targets_table(results), "markdown": table}
     write_report(args.out, report)

@@ -1,6 +1,6 @@
 """Benchmark: glassllm's tokenizer against Hugging Face ``tokenizers``, in one run.
 
-    python bench/bench_tokenizer.py [--data FOLDER] [--json OUT] [--repeats N]
+    python -m bench.bench_tokenizer [--data FOLDER] [--json OUT] [--repeats N]
 
 FOLDER holds ``train.txt`` and ``valid.txt`` (default: ../shared/data/tinystories).
 Both tokenizers learn the same vocabulary size from the same ``train.txt``:
@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 from glassllm.hf import tokenizer_to_hf  # noqa: E402
 from glassllm.tokenizer import EOT, Tokenizer  # noqa: E402

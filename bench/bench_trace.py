@@ -25,7 +25,7 @@ reports calls x cost as a fraction of the untraced forward.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_trace.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_trace
 """
 
 from __future__ import annotations
@@ -39,11 +39,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, time_round_robin, write_report  # noqa: E402
+from bench.benchlib import environment, time_round_robin, write_report  # noqa: E402
 from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 TARGETS = {"full": 1.5, "one": 1.1}
 
@@ -71,7 +70,7 @@ def build(seq: int, seed: int):
 
     from glassllm.config import ModelConfig
     from glassllm.nn import Transformer
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     config = ModelConfig()
     if seq > config.max_seq_len:

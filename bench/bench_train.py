@@ -26,7 +26,7 @@ glassllm is slower). The JSON goes to ``bench/results/bench_train.json``.
 
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_train.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.bench_train
 """
 
 from __future__ import annotations
@@ -40,11 +40,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from benchlib import environment, write_report  # noqa: E402
+from bench.benchlib import environment, write_report  # noqa: E402
 from glassllm.heap import keep_freed_memory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 
 def model_config(dim: int):
@@ -73,7 +72,7 @@ def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1, han
     from threadpoolctl import ThreadpoolController
 
     from glassllm.train import GradientThreads, TrainConfig, train_step
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     tc = TrainConfig(batch_size=batch, seq_len=seq)
     config = model_config(dim)
@@ -121,7 +120,7 @@ def build(batch: int, seq: int, seed: int, dim: int = 128, threads: int = 1, han
 
         steps[name] = torch_step
     if hand and threads == 1:
-        from numpy_step import NumpyStep
+        from bench.numpy_step import NumpyStep
 
         for name, attention in (("numpy_hand", "dense"), ("numpy_hand_tiled", "tiled")):
             written = NumpyStep(model.state_dict(), config, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps,

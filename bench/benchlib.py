@@ -1,7 +1,7 @@
 """What every benchmark script records about the machine, and how it writes its JSON.
 
-Benchmarks run as scripts (``python bench/bench_x.py``), so this folder is on
-``sys.path`` and they import it as ``benchlib``.
+Benchmarks run as modules from the repository root (``python -m bench.bench_x``)
+and import it as ``bench.benchlib``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ minor page faults of the forward and of the backward (``getrusage``).
 This is a development tool, not a comparison: see ``bench/run`` for those.
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/profile_step.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.profile_step
 """
 
 from __future__ import annotations

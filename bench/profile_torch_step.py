@@ -11,7 +11,7 @@ above ``bench_train.py``'s timing; the split is what this is for.
 This is a development tool, not a comparison: see ``bench/run`` for those.
 Run from the repository root::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/profile_torch_step.py --dim 256
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.profile_torch_step --dim 256
 """
 
 from __future__ import annotations
@@ -19,12 +19,8 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the independent PyTorch LLaMA lives with the tests
 
 GROUPS = {"aten::mm": "matrix products", "aten::bmm": "matrix products", "aten::addmm": "matrix products"}
 
@@ -52,7 +48,7 @@ def main(argv=None) -> int:
 
     from bench_train import model_config
     from glassllm.nn import Transformer
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     torch.set_num_threads(1)
     config = model_config(args.dim)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from glassllm.config import ModelConfig
-from glassllm_testing import CONFIGS, SHARED_DATA, TINY, TeachingTracer, randomize, strict_report  # noqa: F401
+from tests.support.glassllm_testing import CONFIGS, SHARED_DATA, TINY, TeachingTracer, randomize, strict_report  # noqa: F401
 
 
 @pytest.hookimpl(wrapper=True)

@@ -353,3 +353,29 @@ def test_private_attributes_of_other_modules_are_found(tmp_path, monkeypatch):
                                     "tokenizers.bpe"])
 def test_doctests_of_the_shared_modules(module):
     assert doctest.testmod(importlib.import_module(f"glassllm.{module}")).failed == 0
+
+
+def _sys_path_edits(tree: ast.AST) -> list[int]:
+    """Lines that call a method of ``sys.path`` that changes it (``sys.path.insert(...)``, ``.append`` ...)."""
+    edits = {"insert", "append", "extend", "remove", "pop", "clear"}
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in edits
+            and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "path"
+            and isinstance(node.func.value.value, ast.Name) and node.func.value.value.id == "sys"]
+
+
+def test_sys_path_edits_are_found():
+    """The check below can fail: it sees an insert, an append and nothing else."""
+    tree = ast.parse("import sys\nsys.path.insert(0, 'src')\nx = 1\nsys.path.append('tests')\nprint(sys.path[0])\n")
+    assert _sys_path_edits(tree) == [2, 4]
+
+
+def test_no_script_edits_sys_path():
+    """bench/, tests/ and tools/ import by package from the repository root (``python -m bench.bench_model``)
+    and glassllm from the installed package: none of their files edits ``sys.path``."""
+    files = [p for folder in ("bench", "tests", "tools") for p in sorted((ROOT / folder).rglob("*.py"))]
+    files.append(ROOT / "bench" / "run")
+    assert len(files) > 20, "the folders' files were not found"
+    found = {str(p.relative_to(ROOT)): lines for p in files
+             if (lines := _sys_path_edits(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert not found, f"these files edit sys.path (run them as modules from the repository root instead): {found}"

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glassllm_testing import randomize
+from tests.support.glassllm_testing import randomize
 from glassllm.config import ModelConfig
 from glassllm.nn import Transformer
 from glassllm.optim import AdamW
 from glassllm.train import train_step
-from numpy_step import NumpyStep           # bench/ is on pytest's pythonpath (pyproject.toml)
+from bench.numpy_step import NumpyStep           # the repository root is on pytest's pythonpath (pyproject.toml)
 
 
 @pytest.mark.parametrize("attention", ["dense", "tiled"])

@@ -21,7 +21,7 @@ pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from test_reliability_inventory import get_env  # noqa: E402
+from tests.test_reliability_inventory import get_env  # noqa: E402
 
 TOKEN = "test-token-of-the-class-0123456789"
 BASE = "http://127.0.0.1"
@@ -631,7 +631,7 @@ def test_the_cache_never_returns_another_prompts_numbers(env):
                        cache=cache)
     # A second model of the same shape, different weights, in the same cache: its numbers are its own.
     from glassllm.nn import Transformer
-    from glassllm_testing import randomize
+    from tests.support.glassllm_testing import randomize
     other_model = randomize(Transformer(env.model.config, seed=5), np.random.default_rng(7))
     other = Inspector(other_model, env.tok, shared.limits, cache=cache)
     want_other = [_reference(other_model, env.tok, r)["values"]["b64"] for r in reqs[:6]]

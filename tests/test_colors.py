@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from glassllm.trace import colors, trace
-from glassllm_testing import TINY
+from tests.support.glassllm_testing import TINY
 
 STATIC = Path(__file__).resolve().parents[1] / "src" / "glassllm" / "inspector" / "static"
 PALETTE = re.compile(r'<script id="glass-colors" type="application/json">(.*?)</script>', re.S)

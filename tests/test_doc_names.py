@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from glassllm_testing import ROOT, missing_message, strict
+from tests.support.glassllm_testing import ROOT, missing_message, strict
 
 from glassllm.optional import MissingExtra
 

@@ -12,7 +12,7 @@ import pytest
 from glassllm.autograd import no_grad
 from glassllm.checkpoint import load_bundled, load_model
 from glassllm.cli import main
-from glassllm_testing import story_text
+from tests.support.glassllm_testing import story_text
 
 STORIES = ["Once upon a time, Tom had a red ball.\nHe gave it to Lily. \u201cThank you!\u201d she said.",
            "Mia saw a caf\u00e9 by the sea. She was happy \u2013 very happy.",
@@ -100,7 +100,7 @@ def test_position_bands_and_the_context_cut(tmp_path, capsys):
 def test_stories260k_shaped_gguf_counts_exactly_the_stories_bytes(tmp_path, capsys):
     pytest.importorskip("gguf")
     pytest.importorskip("sentencepiece")
-    from llama_fixtures import numpy_llama, train_sentencepiece, write_gguf
+    from tests.support.llama_fixtures import numpy_llama, train_sentencepiece, write_gguf
 
     sp = train_sentencepiece(tmp_path / "sp", vocab_size=512)
     gguf_file = write_gguf(numpy_llama(tmp_path / "hf", sp), sp, tmp_path / "stories260K.gguf")

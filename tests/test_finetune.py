@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from glassllm import checkpoint
-from glassllm_testing import story_files, story_text
+from tests.support.glassllm_testing import story_files, story_text
 from glassllm.cli import main
 from glassllm.timeline import load_timeline
 from glassllm.train import RECIPES, evaluate_text
@@ -38,7 +38,7 @@ def gguf_model(tmp_path, ctx=512):
     """A stories260K-shaped GGUF (random weights, a SentencePiece vocabulary of 512), imported as a model file."""
     pytest.importorskip("gguf")
     pytest.importorskip("sentencepiece")
-    from llama_fixtures import numpy_llama, train_sentencepiece, write_gguf
+    from tests.support.llama_fixtures import numpy_llama, train_sentencepiece, write_gguf
 
     sp = train_sentencepiece(tmp_path / "sp", vocab_size=512)
     path = write_gguf(numpy_llama(tmp_path / "hf", sp, ctx=ctx), sp, tmp_path / "stories260K.gguf")

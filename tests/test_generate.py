@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from glassllm_testing import CONFIGS, randomize
+from tests.support.glassllm_testing import CONFIGS, randomize
 from glassllm.autograd import no_grad
 from glassllm.checkpoint import save_model
 from glassllm.cli import main

@@ -79,7 +79,7 @@ def test_every_snapshot_name_has_an_entry_generated_from_the_registry():
     tool = _tool()
     text = PAGE.read_text(encoding="utf-8")
     block = text.split(tool.BEGIN, 1)[1].split(tool.END, 1)[0]
-    assert block.strip() == tool.snapshot_entries().strip(), "regenerate: python tools/glossary.py docs/glossary.md"
+    assert block.strip() == tool.snapshot_entries().strip(), "regenerate: python -m tools.glossary docs/glossary.md"
     anchors = _anchors()
     for name in registry(ModelConfig(n_layers=2)):
         assert tool.anchor(name) in anchors, name

@@ -24,7 +24,7 @@ from glassllm.config import ModelConfig
 from glassllm.nn import Transformer
 from glassllm.optim import AdamW
 from glassllm.tokenizer import Tokenizer
-from glassllm_testing import randomize
+from tests.support.glassllm_testing import randomize
 
 SHARED_VALID = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinystories" / "valid.txt"
 

@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from glassllm_testing import randomize  # noqa: E402
+from tests.support.glassllm_testing import randomize  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from glassllm.config import ModelConfig  # noqa: E402
@@ -85,7 +85,7 @@ def client(inspector):
 @pytest.fixture(scope="module")
 def reference(parts):
     torch = pytest.importorskip("torch")
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     model, _ = parts
     ref = TorchLlama(model.config.to_dict(), dtype=torch.float64)
@@ -202,7 +202,7 @@ def test_next_token_logits_and_survivors(client, parts, reference):
 def _reference_logits_with(reference, parts, edit):
     """Last-position logits of the reference after ``edit(state)`` changes a copy of the weights."""
     import torch
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     model, tokenizer = parts
     state = {k: v.copy() for k, v in model.state_dict().items()}

@@ -76,7 +76,7 @@ def parts():
     if bundled_model_path().exists():
         model, tokenizer, meta = load_model(bundled_model_path())
         return model, tokenizer, "bundled", meta
-    from test_inspector_api import make_model_and_tokenizer
+    from tests.test_inspector_api import make_model_and_tokenizer
 
     model, tokenizer = make_model_and_tokenizer(np.float32)
     return model, tokenizer, "random", {}

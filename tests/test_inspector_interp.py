@@ -19,7 +19,7 @@ from glassllm.inspector import Inspector, create_app  # noqa: E402
 from glassllm.nn import Transformer  # noqa: E402
 from glassllm.tokenizer import Tokenizer  # noqa: E402
 from glassllm.trace import logit_attrs, logit_lens  # noqa: E402
-from glassllm_testing import randomize  # noqa: E402
+from tests.support.glassllm_testing import randomize  # noqa: E402
 
 PROMPT = "the cat sat on the mat. the dog ran to the cat"
 
@@ -79,7 +79,7 @@ def test_bad_attribution_requests_get_one_line(setup, body, match):
 # The two views in a real browser, live and exported (skipped without Chromium, as the other browser tests)
 # ----------------------------------------------------------------------------
 
-from test_inspector_browser import browser  # noqa: E402,F401  (the shared Chromium fixture)
+from tests.test_inspector_browser import browser  # noqa: E402,F401  (the shared Chromium fixture)
 
 
 def _check_views(page, model, tok):

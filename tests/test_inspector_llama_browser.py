@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glassllm_testing import randomize
-from test_inspector_browser import browser, heatmap, idle, pick, token_chips  # noqa: F401  (browser is a fixture)
+from tests.support.glassllm_testing import randomize
+from tests.test_inspector_browser import browser, heatmap, idle, pick, token_chips  # noqa: F401  (browser is a fixture)
 
 pytestmark = pytest.mark.browser
 PROMPT = "Once upon a time, Lily saw a café. 😀"
@@ -19,7 +19,7 @@ def llama_inspector(tmp_path_factory):
     from glassllm.inspector import Inspector, Limits
     from glassllm.nn import Transformer
     from glassllm.sptokenizer import load_sentencepiece_model
-    from llama_fixtures import train_sentencepiece
+    from tests.support.llama_fixtures import train_sentencepiece
 
     tok = load_sentencepiece_model(train_sentencepiece(tmp_path_factory.mktemp("sp"), vocab_size=512))
     config = ModelConfig(vocab_size=512, dim=64, n_layers=5, n_heads=8, n_kv_heads=4, ffn_dim=172, max_seq_len=128)

@@ -10,7 +10,7 @@ its single row, and a notebook view lists only what it holds.
 from __future__ import annotations
 
 import pytest
-from test_inspector_browser import (PROMPT, browser, heatmap, idle, inspector, opened, parts,  # noqa: F401
+from tests.test_inspector_browser import (PROMPT, browser, heatmap, idle, inspector, opened, parts,  # noqa: F401
                                     server)
 
 pytestmark = pytest.mark.browser
@@ -172,7 +172,7 @@ def walk_layer(page, model, tokenizer, layer: int, position: int = 5, prompt: st
     forward order, each shows ``position``'s row of the tracer's array, its equation and code line, and the
     model map marks it."""
     import numpy as np
-    from test_inspector_browser import traced
+    from tests.test_inspector_browser import traced
 
     from glassllm.trace.explain import explain
 
@@ -265,7 +265,7 @@ def test_every_view_saves_as_png_and_its_numbers_as_csv_and_json(page, parts):  
     import json
 
     import numpy as np
-    from test_inspector_browser import softmax64, traced
+    from tests.test_inspector_browser import softmax64, traced
 
     model, tokenizer, _, _ = parts
     page.set_viewport_size({"width": 1440, "height": 1000})

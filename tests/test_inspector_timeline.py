@@ -18,7 +18,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_inspector_api import generated_text, make_model_and_tokenizer  # noqa: E402
+from tests.test_inspector_api import generated_text, make_model_and_tokenizer  # noqa: E402
 
 from glassllm.inspector import Inspector, Limits, create_app, export_html  # noqa: E402
 from glassllm.inspector.data import pool  # noqa: E402
@@ -120,7 +120,7 @@ def test_the_export_holds_every_later_layer_under_each_layer0_ablation(tmp_path)
     from glassllm.config import ModelConfig
     from glassllm.nn import Transformer
     from glassllm.tokenizer import Tokenizer
-    from glassllm_testing import randomize
+    from tests.support.glassllm_testing import randomize
 
     tokenizer = Tokenizer.train([generated_text(1, words=200, length=4000)], vocab_size=300)
     model = randomize(Transformer(ModelConfig(vocab_size=300, dim=32, n_layers=3, n_heads=4, n_kv_heads=2, ffn_dim=64,

@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 import pytest
-from test_inspector_browser import browser, heatmap, hover, idle, inspector, opened, parts, server, traced  # noqa: F401
+from tests.test_inspector_browser import browser, heatmap, hover, idle, inspector, opened, parts, server, traced  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -261,7 +261,7 @@ def _training_page(browser, inspector_, tab="training"):
 
 
 def test_the_timeline_slider_changes_the_shown_pattern(browser, tmp_path):
-    from test_inspector_timeline import tiny_run
+    from tests.test_inspector_timeline import tiny_run
 
     from glassllm.inspector import Inspector
     from glassllm.commands.inspect import load_inspected

@@ -20,7 +20,7 @@ from glassllm import autograd as ag
 from glassllm.nn import Transformer
 from glassllm.trace import (Edit, Hook, Patch, Temperature, Tracer, ZeroAblate, decompose, logit_attrs,
                             logit_lens, trace)
-from glassllm_testing import TINY, randomize
+from tests.support.glassllm_testing import TINY, randomize
 
 L, H, D, C = TINY.n_layers, TINY.n_heads, TINY.head_dim, TINY.dim
 

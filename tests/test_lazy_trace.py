@@ -13,7 +13,7 @@ import pytest
 from glassllm.nn import Transformer
 from glassllm.trace import LazyTrace, trace
 from glassllm.trace.interventions import MaskOff, ZeroAblate
-from glassllm_testing import CONFIGS, randomize
+from tests.support.glassllm_testing import CONFIGS, randomize
 
 
 def _close(a, b, what):

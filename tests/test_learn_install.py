@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from glassllm_testing import extra_requirements
+from tests.support.glassllm_testing import extra_requirements
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "transformer_lens", "transformer-lens", "tokenizers", "playwright")

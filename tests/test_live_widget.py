@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from glassllm.checkpoint import bundled_model_path
-from test_inspector_browser import browser  # noqa: F401  (a fixture: Chromium, or a skip saying why)
+from tests.test_inspector_browser import browser  # noqa: F401  (a fixture: Chromium, or a skip saying why)
 
 PROMPT = "Once upon a time there was a little dog"
 needs_bundled = pytest.mark.skipif(not bundled_model_path().exists(), reason="needs the bundled model")

@@ -17,8 +17,8 @@ from glassllm.checkpoint import load_model
 from glassllm.generate import generate
 from glassllm.importer import import_model
 from glassllm.sptokenizer import SPTokenizer
-from glassllm_testing import need
-from llama_fixtures import (hf_tensors, random_llama, sp_training_text, train_sentencepiece, write_gguf,
+from tests.support.glassllm_testing import need
+from tests.support.llama_fixtures import (hf_tensors, random_llama, sp_training_text, train_sentencepiece, write_gguf,
                             write_llama2c)
 
 TEXT = "Once upon a time, a little girl named Lily saw a big green café. 😀 She was happy."

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from glassllm_testing import CONFIGS, TINY, TeachingTracer, need
+from tests.support.glassllm_testing import CONFIGS, TINY, TeachingTracer, need
 from glassllm.autograd import no_grad
 from glassllm.config import ModelConfig
 from glassllm.kernels import FLASH_MIN_QUERIES
@@ -35,7 +35,7 @@ def _tokens_and_targets(config, rng, batch, n):
 
 
 def _compare_with_torch(model, tokens, targets):
-    torch_reference = need("torch_reference")                    # a skip (CI: a failure) naming torch
+    torch_reference = need("tests.support.torch_reference")                    # a skip (CI: a failure) naming torch
     ref = torch_reference.TorchLlama(model.config.to_dict())
     ref.load_glassllm_state(model.state_dict())
 
@@ -82,7 +82,7 @@ def test_long_block_matches_torch(make_model, rng):
 def test_reference_fused_attention_mode_agrees(make_model, rng):
     """The benchmark's ``attention="sdpa"`` twin computes the same logits as the spelled-out one."""
     pytest.importorskip("torch")
-    torch_reference = pytest.importorskip("torch_reference")
+    torch_reference = pytest.importorskip("tests.support.torch_reference")
     model = make_model(CONFIGS["mqa"], seed=14)
     tokens = rng.integers(0, model.config.vocab_size, (2, 9))
     logits = []
@@ -95,7 +95,7 @@ def test_reference_fused_attention_mode_agrees(make_model, rng):
 
 def test_float32_model_stays_float32_and_close_to_float64(make_model, rng):
     pytest.importorskip("torch")
-    torch_reference = pytest.importorskip("torch_reference")
+    torch_reference = pytest.importorskip("tests.support.torch_reference")
     model64 = make_model(TINY, seed=5)
     model32 = make_model(TINY, seed=5, dtype=np.float32)
     tokens, targets = _tokens_and_targets(TINY, rng, batch=2, n=11)
@@ -114,7 +114,7 @@ def test_float32_model_stays_float32_and_close_to_float64(make_model, rng):
 def test_snapshots_equal_the_reference_intermediates(make_model, rng):
     """Every tensor the teaching path shows equals the reference's value under the same name."""
     pytest.importorskip("torch")
-    torch_reference = pytest.importorskip("torch_reference")
+    torch_reference = pytest.importorskip("tests.support.torch_reference")
     model = make_model(CONFIGS["gqa3"], seed=6)
     tokens = rng.integers(0, model.config.vocab_size, (2, 9))
     tracer = TeachingTracer()

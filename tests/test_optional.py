@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from glassllm_testing import ROOT, extra_requirements
+from tests.support.glassllm_testing import ROOT, extra_requirements
 
 from glassllm import optional
 from glassllm.optional import EXTRAS, MissingExtra, require

@@ -109,10 +109,10 @@ def test_the_readme_screenshot_shows_every_section_of_the_page():
     assert "![" in README and "(docs/inspector.png)" in README
     shot = Image.open(ROOT / "docs" / "inspector.png")
     recorded = shot.text.get("glassllm-sections")
-    assert recorded, "docs/inspector.png was not shot by: python tools/screenshot.py docs/inspector.png"
+    assert recorded, "docs/inspector.png was not shot by: python -m tools.screenshot docs/inspector.png"
     page = (ROOT / "src" / "glassllm" / "inspector" / "static" / "index.html").read_text(encoding="utf-8")
     sections = re.findall(r'<section [^>]*aria-label="([^"]+)"', page)
-    assert sorted(recorded.splitlines()) == sorted(sections), "re-shoot: python tools/screenshot.py docs/inspector.png"
+    assert sorted(recorded.splitlines()) == sorted(sections), "re-shoot: python -m tools.screenshot docs/inspector.png"
 
 
 def test_the_engineer_scale_table_is_the_committed_runs():

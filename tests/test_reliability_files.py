@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glassllm_testing import CONFIGS
-from test_reliability_inventory import CONFIG, get_env, safetensors_bytes
+from tests.support.glassllm_testing import CONFIGS
+from tests.test_reliability_inventory import CONFIG, get_env, safetensors_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 

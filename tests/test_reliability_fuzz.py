@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from glassllm.hf import tokenizer_to_hf  # noqa: E402
-from test_reliability_inventory import get_env, has_nan  # noqa: E402
+from tests.test_reliability_inventory import get_env, has_nan  # noqa: E402
 
 RUN: Counter = Counter()                 # property -> examples run (read by tools/reliability_report.py)
 SCALE = int(os.environ.get("GLASSLLM_FUZZ_EXAMPLES", "0"))

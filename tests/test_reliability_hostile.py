@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reliability_inventory import CONFIG, INVENTORY_TOKEN, get_env, rewrite, safetensors_bytes
+from tests.test_reliability_inventory import CONFIG, INVENTORY_TOKEN, get_env, rewrite, safetensors_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY = 1536 << 20          # bytes of address space a hostile case may use
@@ -100,7 +100,7 @@ def _model_file(env, **config) -> bytes:
 def _header_only(env, **config) -> bytes:
     """A model file that is a header alone (its metadata: 22 KB, mostly the tokenizer), no tensors,
     whose config claims ``config``."""
-    from test_reliability_inventory import parse_safetensors
+    from tests.test_reliability_inventory import parse_safetensors
 
     header, _ = parse_safetensors((env.root / "tiny.safetensors").read_bytes())
     meta = {**header["__metadata__"], "config": json.dumps({**CONFIG, **config})}
@@ -188,7 +188,7 @@ def test_a_file_that_claims_too_much_is_refused_at_once(env, case, tmp_path):
                                                               n_kv_heads=8, ffn_dim=28672))
         one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "missing tensor")
     elif case == "model file: tensors whose offsets overlap":
-        from test_reliability_inventory import parse_safetensors
+        from tests.test_reliability_inventory import parse_safetensors
 
         header, data = parse_safetensors((root / "tiny.safetensors").read_bytes())
         longest = 0
@@ -661,9 +661,9 @@ def test_the_doc_states_the_limits_table():
 
     text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
     begin = "<!-- BEGIN LIMITS: glassllm.limits.markdown_table() -->\n"
-    assert begin in text, "docs/reliability.md lacks the limits table (python tools/reliability_report.py --hostile)"
+    assert begin in text, "docs/reliability.md lacks the limits table (python -m tools.reliability_report --hostile)"
     assert text.split(begin, 1)[1].split("<!-- END LIMITS -->", 1)[0] == markdown_table(), \
-        "docs/reliability.md's limits table is stale: python tools/reliability_report.py --hostile"
+        "docs/reliability.md's limits table is stale: python -m tools.reliability_report --hostile"
 
 
 def test_a_timeline_whose_metadata_nests_too_deep_is_one_line(tmp_path):

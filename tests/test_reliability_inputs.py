@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_reliability_inventory import Case, get_env, run_case, shell
+from tests.test_reliability_inventory import Case, get_env, run_case, shell
 
 LONG = "once upon a time " * 40          # 160 tokens or so: longer than the 64-position context
 

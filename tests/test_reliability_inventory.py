@@ -20,7 +20,7 @@ files made in a temporary folder (:func:`get_env`), which is the working
 directory while a case runs, so every message is the same on every machine.
 ``docs/reliability.md`` holds the table of every case with the line it
 produced; :func:`test_doc_table_matches_the_inventory` fails when the two drift.
-Regenerate the table with ``python tools/reliability_report.py --table``.
+Regenerate the table with ``python -m tools.reliability_report --table``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reliability.md"
-TABLE_BEGIN = "<!-- BEGIN INVENTORY: python tools/reliability_report.py --table -->"
+TABLE_BEGIN = "<!-- BEGIN INVENTORY: python -m tools.reliability_report --table -->"
 TABLE_END = "<!-- END INVENTORY -->"
 
 # The categories of the issue, in the order the table lists them.
@@ -575,8 +575,8 @@ def judge_response(case: Case, status: int, content_type: str, text: str) -> Out
 
 def all_cases() -> list[Case]:
     """Every case, in table order (by kind, then entry point, then as written)."""
-    import test_reliability_inputs as inputs
-    import test_reliability_server as server
+    from tests import test_reliability_inputs as inputs
+    from tests import test_reliability_server as server
 
     cases = [*inputs.API_CASES, *inputs.CLI_CASES, *server.SERVER_CASES]
     ids = [c.id for c in cases]
@@ -667,7 +667,7 @@ def test_doc_table_matches_the_inventory():
         diff = "\n".join(difflib.unified_diff(got.splitlines(), want.splitlines(), "docs/reliability.md",
                                               "the inventory", lineterm="", n=0))
         pytest.fail("docs/reliability.md's table differs from the inventory; regenerate it with "
-                    f"`python tools/reliability_report.py --table`:\n{diff}")
+                    f"`python -m tools.reliability_report --table`:\n{diff}")
 
 
 def test_the_classroom_figures_are_the_load_tests_results():
@@ -683,4 +683,4 @@ def test_the_classroom_figures_are_the_load_tests_results():
     got = text.split(report.CLASSROOM_BEGIN, 1)[1].split(report.CLASSROOM_END, 1)[0].strip("\n") + "\n"
     assert got == report.classroom_markdown(results), (
         "docs/reliability.md's classroom figures differ from bench/results/classroom.json; "
-        "regenerate them with `python tools/reliability_report.py --classroom`")
+        "regenerate them with `python -m tools.reliability_report --classroom`")

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_reliability_inventory import stories
+from tests.test_reliability_inventory import stories
 
 # Imports the heavy modules, says READY, then runs the command: kills land after start-up costs.
 CHILD = (
@@ -219,7 +219,7 @@ def _first_beyond_float32(model, x) -> str:
     """Independent reference: the PyTorch float64 twin's snapshots, in forward order; the first whose
     true value is beyond float32's range (where a float32 run first overflows)."""
     torch = pytest.importorskip("torch")
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     from glassllm.trace import registry
 

@@ -35,7 +35,7 @@ import pytest
 
 from glassllm import cli
 from glassllm.checkpoint import atomic_write, load_model, save_model
-from test_reliability_inventory import get_env
+from tests.test_reliability_inventory import get_env
 
 TRAIN = ["--data", "train.txt", "--tokenizer", "tok.json", "--steps", "2", "--batch-size", "2", "--seq-len", "16",
          "--dim", "32", "--n-layers", "1", "--n-heads", "2", "--n-kv-heads", "1", "--no-progress"]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_reliability_inventory import INVENTORY_TOKEN, Case, get_env, run_case
+from tests.test_reliability_inventory import INVENTORY_TOKEN, Case, get_env, run_case
 
 LONG = "once upon a time " * 40
 S = "server"
@@ -274,7 +274,7 @@ def make_model_file(folder: Path, shape: str = "tiny") -> Path:
     from glassllm.config import ModelConfig
     from glassllm.nn import Transformer
     from glassllm.tokenizer import Tokenizer
-    from glassllm_testing import randomize
+    from tests.support.glassllm_testing import randomize
 
     rng = np.random.default_rng(0)
     made_up = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(2, 9)))

@@ -23,7 +23,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from glassllm_testing import TeachingTracer, randomize
+from tests.support.glassllm_testing import TeachingTracer, randomize
 from glassllm import autograd as ag
 from glassllm import kernels, ops
 from glassllm.autograd import Tensor

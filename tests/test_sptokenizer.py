@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from glassllm.sptokenizer import SPACE, SPTokenizer, load_sentencepiece_model
 from glassllm.tokenizer import Tokenizer
 from glassllm.tokenizing import TextTokenizer, tokenizer_from_json
-from glassllm_testing import need
-from llama_fixtures import hf_tokenizer_json, sp_training_text, train_sentencepiece
+from tests.support.glassllm_testing import need
+from tests.support.llama_fixtures import hf_tokenizer_json, sp_training_text, train_sentencepiece
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +181,7 @@ def test_generate_streams_the_text_and_stops_at_either_end_id(trio):
     from glassllm.config import ModelConfig
     from glassllm.generate import generate
     from glassllm.nn import Transformer
-    from glassllm_testing import randomize
+    from tests.support.glassllm_testing import randomize
 
     ours = trio[0]
     config = ModelConfig(vocab_size=512, dim=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=64)

@@ -19,7 +19,7 @@ from glassllm.tokenizer import Tokenizer
 from glassllm.trace import trace
 from glassllm.train import TrainConfig
 
-from test_train import _cli, _state, _train_args, texts  # noqa: F401  (the fixture)
+from tests.test_train import _cli, _state, _train_args, texts  # noqa: F401  (the fixture)
 
 
 @pytest.fixture(scope="module")

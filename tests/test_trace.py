@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glassllm_testing import TINY, randomize
+from tests.support.glassllm_testing import TINY, randomize
 from glassllm import autograd as ag
 from glassllm import trace as tr
 from glassllm.config import ModelConfig
@@ -398,7 +398,7 @@ def test_gradients_match_finite_differences(tiny_model, name, index):
 
 def test_gradients_match_pytorch_for_every_snapshot(tiny_model):
     torch = pytest.importorskip("torch")
-    torch_reference = pytest.importorskip("torch_reference")
+    torch_reference = pytest.importorskip("tests.support.torch_reference")
     toks, targets = tokens_for(TINY, 7, seed=10), tokens_for(TINY, 7, seed=11)
     t = trace(tiny_model, toks, targets=targets)
     assert set(t.steps[0].grads) == set(registry(tiny_model)) - {f"layers.{i}.attn.mask" for i in range(2)}

@@ -30,7 +30,7 @@ from glassllm.data import WindowSampler
 from glassllm.optim import AdamW
 from glassllm.train import RECIPES, GradientThreads, TrainConfig, Trainer, evaluate, evaluate_text, train_step
 from glassllm.tokenizer import Tokenizer
-from glassllm_testing import story_files
+from tests.support.glassllm_testing import story_files
 
 TINY = ModelConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 
@@ -180,7 +180,7 @@ def _torch_lr(step, peak, warmup, total, floor):
 def test_training_matches_pytorch_for_20_steps(make_model):
     """AdamW + warm-up/cosine + clipping + accumulation of 2, float64: losses within 1e-8, then weights."""
     torch = pytest.importorskip("torch")
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     config = ModelConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=32)
     peak, floor, warmup, steps, clip, wd, accum = 1e-2, 1e-3, 5, 20, 1.0, 0.1, 2
@@ -347,7 +347,7 @@ def test_a_trainer_takes_one_path_or_a_folder(texts, tmp_path):
 def test_evaluate_matches_pytorch_and_counts_bytes(make_model, tmp_path):
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
-    from torch_reference import TorchLlama
+    from tests.support.torch_reference import TorchLlama
 
     text = make_stories(6, 9) + "Caf\u00e9 na\u00efve \u201cquotes\u201d.\n"
     tok = Tokenizer.train([make_stories(100, 2)], vocab_size=TINY.vocab_size)

@@ -36,8 +36,8 @@ from glassllm.nn import Transformer  # noqa: E402
 from glassllm.tokenizer import Tokenizer  # noqa: E402
 from glassllm.trace import Hook, Tracer, logit_attrs, logit_lens, patching, registry, trace  # noqa: E402
 from glassllm.trace.names import to_transformer_lens, transformer_lens_name  # noqa: E402
-from glassllm_testing import randomize  # noqa: E402
-from test_inspector_browser import browser  # noqa: E402,F401  (a fixture)
+from tests.support.glassllm_testing import randomize  # noqa: E402
+from tests.test_inspector_browser import browser  # noqa: E402,F401  (a fixture)
 
 CONFIG = ModelConfig(vocab_size=270, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
 PROMPTS = ["the cat sat on the mat. the cat", "the dog ran to the cat, and the dog sat"]
@@ -240,7 +240,7 @@ def test_names_take_transformer_lens_hooks_and_a_hook_filter(ours, raw):
 @pytest.mark.browser
 def test_show_attention_draws_transformer_lens_pattern_and_hovers_its_values(ours, raw, browser, tmp_path):
     import glassllm
-    from test_inspector_browser import hover, idle, pick
+    from tests.test_inspector_browser import hover, idle, pick
 
     model, tok, _ = ours
     ids = _ids(tok, PROMPTS[1])

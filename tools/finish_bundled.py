@@ -2,7 +2,7 @@
 
 Run from the repository root once the run has reached its last step::
 
-    python tools/finish_bundled.py --run runs/bundled512
+    python -m tools.finish_bundled --run runs/bundled512
 
 It
 
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--before", default=None,
                         help="the model this one replaces, for the before/after figures (default: the shipped model)")
     parser.add_argument("--before-report", default=None,
-                        help="tools/specimen_report.py --json output for --before, to reuse instead of measuring it again")
+                        help="python -m tools.specimen_report --json output for --before, to reuse instead of measuring it again")
     parser.add_argument("--base", default=None,
                         help="for a run made with --init-from: the model file it started from (default: --before)")
     args = parser.parse_args(argv)
@@ -106,9 +106,8 @@ def main(argv=None) -> int:
     from glassllm.generate import generate_text
     from glassllm.train import evaluate_text
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    from induction_scores import induction_report
-    from specimen_report import report
+    from tools.induction_scores import induction_report
+    from tools.specimen_report import report
 
     run = Path(args.run)
     with safe_open(str(run / "train_state.safetensors"), framework="numpy") as f:
@@ -327,14 +326,14 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repo
             "",
             "```",
             base["command"],
-            f"python tools/finish_bundled.py --run {base_dir}",
+            f"python -m tools.finish_bundled --run {base_dir}",
             meta["command"],
-            f"python tools/finish_bundled.py --run {run_dir} --base {base_dir}/model.safetensors",
+            f"python -m tools.finish_bundled --run {run_dir} --base {base_dir}/model.safetensors",
             "```",
             "",
         ]
     else:
-        lines += ["```", meta["command"], f"python tools/finish_bundled.py --run {run_dir}", "```", ""]
+        lines += ["```", meta["command"], f"python -m tools.finish_bundled --run {run_dir}", "```", ""]
     lines += [
         "The commands are the ones the model file records, with the paths of the machine that ran them.",
         "`glassllm train` trains (in the run folder given by `--out`); `finish_bundled.py` re-evaluates the",
@@ -372,7 +371,7 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repo
         "",
         "## Before and after",
         "",
-        f"Every figure of `python tools/specimen_report.py`, for the model this one replaced",
+        f"Every figure of `python -m tools.specimen_report`, for the model this one replaced",
         f"(`{reports['before_model']}`) and for this one:",
         "",
         *_comparison(reports),
@@ -435,7 +434,7 @@ def model_card(model, meta, config, valid, probe, samples, size, induction, repo
         f"and a share of the windows ({short_share if config.get('short_steps', 0) > 0 else config['repeat_fraction']}) "
         f"are one span of {config['repeat_tokens']} tokens repeated until the window is full.",
         "",
-        "Copying, measured by `python tools/induction_scores.py` (8 random 40-token sequences, each followed by",
+        "Copying, measured by `python -m tools.induction_scores` (8 random 40-token sequences, each followed by",
         f"itself): loss {induction['first']:.2f} nats/token on the first copy, {induction['second']:.2f} on the second;",
         f"the best head, layer {induction['layer']}, head {induction['head']}, puts {induction['best']:.3f} of its weight on",
         f"the induction cell (chance {induction['chance']:.3f}).",

@@ -1,4 +1,4 @@
-"""``python tools/glossary.py docs/glossary.md``: regenerate the snapshot entries of the glossary.
+"""``python -m tools.glossary docs/glossary.md``: regenerate the snapshot entries of the glossary.
 
 The entries are made from the tracer's registry (``glassllm.trace.registry``:
 names, axes, descriptions), so the glossary lists exactly the names the model
@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-BEGIN = "<!-- BEGIN GENERATED: python tools/glossary.py docs/glossary.md -->"
+BEGIN = "<!-- BEGIN GENERATED: python -m tools.glossary docs/glossary.md -->"
 END = "<!-- END GENERATED -->"
 
 
@@ -50,5 +50,5 @@ def write(path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python tools/glossary.py docs/glossary.md")
+        sys.exit("usage: python -m tools.glossary docs/glossary.md")
     write(sys.argv[1])

@@ -8,7 +8,7 @@ earlier occurrence (cell [i, i - N + 1]), against the chance level of a head tha
 spreads its weight evenly. Used to compare training runs (the bundled model's card
 quotes it); run from the repository root::
 
-    python tools/induction_scores.py runs/bundled/model.safetensors [more.safetensors ...]
+    python -m tools.induction_scores runs/bundled/model.safetensors [more.safetensors ...]
 """
 
 from __future__ import annotations

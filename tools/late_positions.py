@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python tools/late_positions.py [MODEL] [--valid ../shared/data/tinystories/valid.txt]
+    python -m tools.late_positions [MODEL] [--valid ../shared/data/tinystories/valid.txt]
 
 (MODEL defaults to the bundled model.) Each held-out story is read alone from the model's
 document-start token, as ``glassllm eval --per-document`` reads it. For the stories whose
@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from specimen_report import VALID
+from tools.specimen_report import VALID
 
 
 def nats(model, ids) -> np.ndarray:

@@ -9,8 +9,8 @@ read the printed diff and fix every sentence that quotes a number that moved.
 An ``assert`` in a lesson that stops holding stops this tool too (the claim
 around it needs rewriting, not a new number). Usage, from the repository root::
 
-    python tools/refresh_lessons.py docs/lessons/11-reading-heads.md [more.md ...]
-    python tools/refresh_lessons.py --check docs/lessons/*.md     # report only, exit 1 on a difference
+    python -m tools.refresh_lessons docs/lessons/11-reading-heads.md [more.md ...]
+    python -m tools.refresh_lessons --check docs/lessons/*.md     # report only, exit 1 on a difference
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Run from the repository root::
 
-    python tools/reliability_report.py            # everything (~15 min on 2 busy cores)
-    python tools/reliability_report.py --table    # only regenerate the inventory table in the doc
-    python tools/reliability_report.py --classroom  # only the classroom figures, from bench/results/classroom.json
-    python tools/reliability_report.py --hostile  # only the hostile-input cases and the limits table (~1 min)
+    python -m tools.reliability_report            # everything (~15 min on 2 busy cores)
+    python -m tools.reliability_report --table    # only regenerate the inventory table in the doc
+    python -m tools.reliability_report --classroom  # only the classroom figures, from bench/results/classroom.json
+    python -m tools.reliability_report --hostile  # only the hostile-input cases and the limits table (~1 min)
 
 It runs the same code as the tests (``tests/test_reliability_*.py``), larger:
 
@@ -47,17 +47,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-import test_reliability_inventory as inv  # noqa: E402
+from tests import test_reliability_inventory as inv  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "reliability.json"
 CLASSROOM = ROOT / "bench" / "results" / "classroom.json"
-CLASSROOM_BEGIN = "<!-- BEGIN CLASSROOM: python tools/reliability_report.py --classroom -->"
+CLASSROOM_BEGIN = "<!-- BEGIN CLASSROOM: python -m tools.reliability_report --classroom -->"
 CLASSROOM_END = "<!-- END CLASSROOM -->"
-FIGURES_BEGIN = "<!-- BEGIN FIGURES: python tools/reliability_report.py -->"
+FIGURES_BEGIN = "<!-- BEGIN FIGURES: python -m tools.reliability_report -->"
 FIGURES_END = "<!-- END FIGURES -->"
-HOSTILE_BEGIN = "<!-- BEGIN HOSTILE: python tools/reliability_report.py --hostile -->"
+HOSTILE_BEGIN = "<!-- BEGIN HOSTILE: python -m tools.reliability_report --hostile -->"
 HOSTILE_END = "<!-- END HOSTILE -->"
 LIMITS_BEGIN = "<!-- BEGIN LIMITS: glassllm.limits.markdown_table() -->"
 LIMITS_END = "<!-- END LIMITS -->"
@@ -138,7 +137,7 @@ def write_table(cases, outcomes) -> None:
 # ----------------------------------------------------------------------------
 
 def run_kills(kills: int, seed: int) -> dict:
-    import test_reliability_kill as kill
+    from tests import test_reliability_kill as kill
 
     with tempfile.TemporaryDirectory(prefix="glassllm-kills-") as folder:
         t0 = time.perf_counter()
@@ -165,7 +164,7 @@ def run_fuzz(examples: int) -> dict:
 
 
 def run_load(clients: int, seconds: float) -> dict:
-    import test_reliability_server as srv
+    from tests import test_reliability_server as srv
 
     with tempfile.TemporaryDirectory(prefix="glassllm-load-") as folder:
         path = srv.make_model_file(Path(folder), "bundled")
@@ -213,7 +212,7 @@ def heaviest_requests(path: Path) -> dict:
 # ----------------------------------------------------------------------------
 
 def figures_markdown(r: dict) -> str:
-    lines = [f"Measured on {r['machine']} by `python tools/reliability_report.py` (the run's date and "
+    lines = [f"Measured on {r['machine']} by `python -m tools.reliability_report` (the run's date and "
              f"every figure in full: `bench/results/reliability.json`).", ""]
     e = r["inventory"]["entries"]
     lines += ["**1. Bad inputs.** Cases tried per entry point (bad inputs + accepted odd inputs), "
@@ -299,7 +298,7 @@ def run_hostile() -> dict:
     """Run tests/test_reliability_hostile.py; its cases (``CLASSES``) and its tests' outcomes, per class."""
     import xml.etree.ElementTree as ET
 
-    import test_reliability_hostile as hostile
+    from tests import test_reliability_hostile as hostile
 
     with tempfile.TemporaryDirectory(prefix="glassllm-hostile-") as folder:
         junit = Path(folder) / "junit.xml"
@@ -322,7 +321,7 @@ def run_hostile() -> dict:
 
 
 def hostile_markdown(r: dict) -> str:
-    lines = [f"`python tools/reliability_report.py --hostile` (JSON: `bench/results/hostile.json`): each case in a "
+    lines = [f"`python -m tools.reliability_report --hostile` (JSON: `bench/results/hostile.json`): each case in a "
              f"subprocess with {r['memory_limit_mb']:,} MB of address space and at most {r['time_limit_s']} s.", "",
              "| class | named cases | generated examples | tests | passed | failed |", "|---|---:|---:|---:|---:|---:|"]
     for kind, f in r["by_class"].items():

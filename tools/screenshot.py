@@ -1,4 +1,4 @@
-"""``python tools/screenshot.py docs/inspector.png``: shoot the README's picture of the inspector with Chromium.
+"""``python -m tools.screenshot docs/inspector.png``: shoot the README's picture of the inspector with Chromium.
 
 The live page on the bundled model, 1440 px wide, whole page: a story prompt, layer 2's query head 3
 attention weights with its equation and code line, that head ablated (the next-token distribution before
@@ -63,5 +63,5 @@ def shoot(path) -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python tools/screenshot.py docs/inspector.png")
+        sys.exit("usage: python -m tools.screenshot docs/inspector.png")
     print("sections shown:", ", ".join(shoot(sys.argv[1])))

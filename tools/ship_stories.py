@@ -1,6 +1,6 @@
 """Write the story corpus that ships with glassllm (``src/glassllm/assets/stories*.txt.xz``).
 
-    python tools/ship_stories.py [--shared ../shared/data/tinystories]
+    python -m tools.ship_stories [--shared ../shared/data/tinystories]
 
 The training slice is the first 4,000 stories of the developers' TinyStories ``train.txt`` (a shuffled
 copy, see ``../shared/data/README.md``); the held-out slice is the next 200 stories of the same file.

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python tools/specimen_report.py [MODEL] [--valid ../shared/data/tinystories/valid.txt] [--json]
+    python -m tools.specimen_report [MODEL] [--valid ../shared/data/tinystories/valid.txt] [--json]
 
 (MODEL defaults to the bundled model.) It prints
 
@@ -30,10 +30,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 
-from finish_bundled import PROMPTS, SEEDS, repetition  # noqa: E402
-from induction_scores import induction_report  # noqa: E402
+from tools.finish_bundled import PROMPTS, SEEDS, repetition  # noqa: E402
+from tools.induction_scores import induction_report  # noqa: E402
 
 # ../shared/data beside the repository (a git worktree may sit one folder deeper).
 VALID = next((p / "shared" / "data" / "tinystories" / "valid.txt" for p in (ROOT.parent, ROOT.parent.parent)

@@ -46,7 +46,7 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from glassllm_testing import missing_message, strict
+from tests.support.glassllm_testing import missing_message, strict
 from sybil import Region, Sybil
 from sybil.parsers.markdown import SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer

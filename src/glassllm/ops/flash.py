@@ -45,7 +45,7 @@ multiplied. Queries go in blocks of ``BLOCK_Q`` rows per head; keys in blocks of
 up to ``BLOCK_K`` (a 256-token training window is one key block, so its softmax
 is a plain one; the last query block of a 4,096-token sequence folds in eight);
 and batch rows are grouped so that one tile of scores is about ``TILE_BYTES``.
-``bench/bench_longctx.py --tune`` measured these choices; on the benchmark
+``python -m bench.bench_longctx --tune`` measured these choices; on the benchmark
 machine they sit on a broad plateau (most choices within the noise), and
 BLOCK_K = 512 was the best for 4,096 tokens.
 

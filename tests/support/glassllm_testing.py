@@ -2,7 +2,7 @@
 seeded trained-scale weights, a teaching-path tracer, and the skip policy for
 optional packages (:func:`need`).
 
-This is an ordinary module (``from glassllm_testing import ...``) rather than
+This is an ordinary module (``from tests.support.glassllm_testing import ...``) rather than
 ``conftest.py``, whose module name pytest shares with other conftest files
 (docs/lessons has one). Fixtures live in tests/conftest.py.
 """
@@ -34,7 +34,7 @@ CONFIGS = {
 # A small config for tests that need a model but not a particular shape.
 TINY = ModelConfig(vocab_size=53, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=24)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
