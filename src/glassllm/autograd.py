@@ -34,7 +34,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .checks import check_int
+from .checks import check_int, is_int
 
 __all__ = [
     "Tensor", "no_grad", "is_grad_enabled", "tensor", "as_tensor", "make_op",
@@ -627,7 +627,7 @@ def _norm_axis(axis, ndim):
     if ndim == 0 and all(a in (0, -1) for a in axes):
         return ()                                                        # a 0-d tensor: nothing to reduce
     for a in axes:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or not -ndim <= a < ndim:
+        if not is_int(a) or not -ndim <= a < ndim:
             raise ValueError(f"axis {a!r} is out of range for {ndim} dimension(s): expected -{ndim} .. {ndim - 1}")
     return tuple(int(a) % ndim for a in axes)
 
@@ -821,7 +821,7 @@ def split(a, sections, axis: int = 0) -> list[Tensor]:
     if a.ndim == 0:
         raise ValueError("split needs a tensor with at least one axis, got a 0-d tensor")
     (axis,) = _norm_axis(axis, a.ndim)
-    if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool):
+    if is_int(sections):
         sections = int(sections)
         if sections < 1 or a.shape[axis] % sections:
             raise ValueError(f"cannot split axis of size {a.shape[axis]} into {sections} equal parts")

@@ -58,6 +58,7 @@ import math
 
 import numpy as np
 
+from .checks import is_int
 from . import autograd as ag
 from . import dispatcher
 from .autograd import Tensor
@@ -496,7 +497,7 @@ class KVCache:
         if not isinstance(config, ModelConfig):
             raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
         for name, value in (("batch", batch), ("capacity", capacity)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+            if value is not None and not is_int(value):
                 raise TypeError(f"cache {name} must be an int, got {value!r}")
         if batch < 1:
             raise ValueError(f"cache batch must be >= 1, got {batch}")

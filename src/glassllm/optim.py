@@ -36,6 +36,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .checks import is_int
 from .autograd import Tensor
 
 __all__ = ["AdamW", "decay_mask", "lr_at", "lr_lambda", "check_lr", "clip_grad_norm", "global_norm"]
@@ -197,7 +198,7 @@ class AdamW:
 
     def load_state_dict(self, state: dict) -> None:
         t = state.get("t")
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+        if not is_int(t) or t < 0:
             raise ValueError(f"optimiser state step must be an int >= 0, got {t!r}")
         for key in ("m", "v"):
             arrays = state.get(key, {})

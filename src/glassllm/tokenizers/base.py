@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Set
 
 import numpy as np
 
+from ..checks import is_int
+
 __all__ = ["TextTokenizer", "KINDS", "CONTROL_ESCAPES"]
 
 KINDS = ("byte-bpe", "sentencepiece-bpe")
@@ -75,7 +77,7 @@ class TextTokenizer(ABC):
             raise TypeError(f"ids must be a list of ints, got {type(ids).__name__}")
         ids = list(ids)
         for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+            if not is_int(i):
                 raise TypeError(f"token id {i!r} is a {type(i).__name__}, expected an int")
             if not 0 <= i < n:
                 raise ValueError(f"token id {i} is out of range, expected 0 <= id < {n}")

@@ -105,6 +105,7 @@ from itertools import chain, repeat
 
 import numpy as np
 
+from ..checks import is_int
 from ..files import atomic_write
 from .base import CONTROL_ESCAPES, TextTokenizer
 from .corpus import EOT, WHITE_SPACE, documents
@@ -365,7 +366,7 @@ class Tokenizer(TextTokenizer):
             raise TypeError(f"special_tokens must be a list or tuple of str (ids follow its order), "
                             f"got {type(special_tokens).__name__}")
         specials = tuple(special_tokens)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)):
+        if not is_int(vocab_size):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
         vocab_size = int(vocab_size)
         for s in specials:

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..checks import is_int
 from .labelled import Labelled
 from .registry import check_index, check_layer
 
@@ -59,7 +60,7 @@ def qk(model, layer: int, head: int, offset: int = 0) -> np.ndarray:
     """
     attention, h, g, D = _head(model, layer, head)
     limit = model.config.max_seq_len
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset < limit:
+    if not is_int(offset) or not 0 <= offset < limit:
         raise ValueError(f"offset must be an int in 0..{limit - 1} (a key at or before its query), got {offset!r}")
     wq = attention.wq.weight.data[h * D:(h + 1) * D]                   # (D, C)
     wk = attention.wk.weight.data[g * D:(g + 1) * D]                   # (D, C)

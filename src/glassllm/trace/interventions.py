@@ -36,7 +36,7 @@ def _indices(values, size: int, what: str = "layer") -> list[int]:
     """None (every one), an int, or a non-empty list of ints in [0, size), as a list."""
     if values is None:
         return list(range(size))
-    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+    if is_int(values):
         values = [values]
     if not isinstance(values, (list, tuple, range, np.ndarray)):
         raise TypeError(f"{what}s must be an int, a list of ints or None, got {values!r}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import ParameterError, is_int
 from .. import autograd as ag
 from .labelled import Labelled
 from .tracer import trace
@@ -202,8 +203,8 @@ def direct_attribution(model, tokens, position: int = -1, token=None, *, interve
     """
     labels, parts, rms, logits, _ = _parts(model, tokens, interventions, batch)
     n, V = logits.shape
-    if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or not -n <= position < n:
-        raise ValueError(f"position={position!r} is out of range: the prompt has positions 0..{n - 1}")
+    if not is_int(position) or not -n <= position < n:
+        raise ParameterError("position", f"={position!r} is out of range: the prompt has positions 0..{n - 1}")
     token = int(logits[position].argmax()) if token is None else int(_token_ids(token, n, V, "token")[0])
     direction = model.output.weight.data[token] * model.norm.weight.data   # (C,)
     values = parts[:, position] / rms[position] @ direction                 # (K,)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import is_int
 from .. import viewers
 from ..config import ModelConfig
 from .files import manifest_of, read_trace_file, save_trace
@@ -203,7 +204,7 @@ class Trace(Mapping):
             if len(self.steps) != 1:
                 raise ValueError(f"this trace has {len(self.steps)} steps: pass step=0..{len(self.steps) - 1}")
             return self.steps[0]
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+        if not is_int(step):
             raise TypeError(f"step must be an int, got {step!r}")
         if not -len(self.steps) <= step < len(self.steps):
             raise ValueError(f"step={step} is out of range: this trace has {len(self.steps)} step(s)")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checks import is_int
 from ..config import ModelConfig
 from ..files import atomic_write
 from ..limits import limit
@@ -187,7 +188,7 @@ def storage_dtype(dtype) -> np.dtype | None:
 def check_index(value, what: str, size: int | None = None) -> int:
     """``value`` as an int index in [0, size); with ``size``, negative values count from the end, as in
     Python. ``what`` names it in the one-line error (``TypeError`` for a non-int, ``ValueError`` out of range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         raise TypeError(f"{what} must be an int, got {value!r}")
     if size is not None and -size <= value < 0:
         return int(value) + size
@@ -199,7 +200,7 @@ def check_index(value, what: str, size: int | None = None) -> int:
 
 def check_layer(layer, n_layers: int) -> int:
     """A layer number in [0, n_layers); -1 is the last layer, as in Python."""
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+    if not is_int(layer):
         raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1}")
     if not -n_layers <= layer < n_layers:
         raise ValueError(f"layer {layer!r} does not exist: the model has layers 0..{n_layers - 1} "

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..autograd import logsumexp_np, no_grad
-from ..checks import ParameterError
+from ..checks import ParameterError, is_int
 from ..nn import Transformer
 
 __all__ = ["EvalResult", "DocumentEval", "BANDS", "evaluate", "evaluate_text", "evaluate_documents", "text_bytes",
@@ -78,7 +78,7 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
     for name, value, low in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1), ("max_windows", max_windows, 0)):
         if value is None and name == "max_windows":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        if not is_int(value) or value < low:
             raise ParameterError(name, f"must be an int >= {low}, got {value!r}")
     if seq_len > model.config.max_seq_len:
         raise ParameterError("seq_len", f"must be in [1, {model.config.max_seq_len}], got {seq_len}")
@@ -270,9 +270,9 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
     of it predicted (default: the model's ``max_seq_len``), in float64, with the loss by position band."""
     limit = model.config.max_seq_len
     context = limit if context is None else context
-    if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or not 1 <= context <= limit:
+    if not is_int(context) or not 1 <= context <= limit:
         raise ParameterError("context", f"must be an int in [1, {limit}], got {context!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ParameterError("batch_size", f"must be an int >= 1, got {batch_size!r}")
     docs = document_ids(tokenizer, text_or_paths)
     if not docs:
