@@ -477,7 +477,8 @@ def test_a_full_pool_answers_503_with_retry_after_instead_of_piling_up(inspector
 
 
 def test_the_logit_lens_and_attribution_take_a_worker_like_every_pass_of_the_model(inspector, monkeypatch):
-    """They run the model on every call: with the one worker busy and no queue, they are refused, not run."""
+    """The attribution runs the model on every call, the lens for every window not yet computed: with the one
+    worker busy and no queue, they are refused, not run."""
     import threading
     import time
 

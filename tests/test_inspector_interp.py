@@ -34,18 +34,73 @@ def setup():
         yield model, tok, client
 
 
+def _softmax_top(lens):
+    p = np.exp(lens - lens.max(-1, keepdims=True))                      # softmax, written out here
+    return (p / p.sum(-1, keepdims=True)).max(-1)
+
+
 def test_lens_view_is_the_logit_lens(setup):
     model, tok, client = setup
     r = client.post("/api/lens", json={"prompt": PROMPT})
     assert r.status_code == 200, r.text
     body = r.json()
     ids = tok.encode_prompt(PROMPT)
+    n = len(ids)
+    assert n > 16                                                         # the default window is not everything
     lens = np.asarray(logit_lens(model, ids))                          # (L+1, n, V)
     assert body["streams"] == ["layers.0.resid_pre", "layers.1.resid_pre", "layers.1.resid_post"]
-    assert body["top"] == lens.argmax(-1).tolist() and body["pieces"] == tok.pieces(ids)
-    p = np.exp(lens - lens.max(-1, keepdims=True))
-    np.testing.assert_allclose(body["prob"], (p / p.sum(-1, keepdims=True)).max(-1), rtol=1e-12)
+    assert body["positions"] == [n - 16, n] and body["length"] == n    # by default the last 16 positions
+    assert body["top"] == lens[:, n - 16:].argmax(-1).tolist() and body["pieces"] == tok.pieces(ids)
+    np.testing.assert_allclose(body["prob"], _softmax_top(lens[:, n - 16:]), rtol=1e-12)
     assert body["top_pieces"][0][0] == tok.piece(body["top"][0][0])
+    assert body["earlier"] == [max(0, n - 32), n - 16] and body["later"] is None
+
+
+def test_the_lens_windows_the_buttons_reach_cover_the_prompt_once(setup):
+    model, tok, client = setup
+    ids = tok.encode_prompt(PROMPT)
+    lens = np.asarray(logit_lens(model, ids))
+    body, seen = client.post("/api/lens", json={"prompt": PROMPT}).json(), []
+    while True:
+        start, stop = body["positions"]
+        seen += range(start, stop)
+        assert body["top"] == lens[:, start:stop].argmax(-1).tolist()
+        np.testing.assert_allclose(body["prob"], _softmax_top(lens[:, start:stop]), rtol=1e-12)
+        if body["earlier"] is None:
+            break
+        later = body["positions"]
+        body = client.post("/api/lens", json={"prompt": PROMPT, "positions": body["earlier"]}).json()
+        assert body["later"] == later                                    # and back again
+    assert sorted(seen) == list(range(len(ids)))
+    body = client.post("/api/lens", json={"prompt": PROMPT, "positions": [2, 5]}).json()
+    assert body["positions"] == [2, 5] and body["top"] == lens[:, 2:5].argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("positions", [[5, 5], [9, 3], [0, 999], [-1, 4], [0, 80]])
+def test_a_bad_lens_window_gets_400_and_one_line_naming_it(setup, positions):
+    _, tok, client = setup
+    n = len(tok.encode_prompt(PROMPT))
+    r = client.post("/api/lens", json={"prompt": PROMPT, "positions": positions})
+    want = (f"positions must be [start, stop) with 0 <= start < stop <= {n} (the prompt's positions), "
+            f"at most 32 wide, got {positions}")
+    assert r.status_code == 400 and r.json()["error"] == want
+
+
+def test_a_lens_window_is_at_most_32_positions_wide():
+    from glassllm.checks import ParameterError
+    from glassllm.inspector.requests import check_lens_window
+    from glassllm.inspector.schema import LensRequest
+
+    assert check_lens_window(LensRequest(prompt="x", positions=(68, 100)), 100) == (68, 100)
+    assert check_lens_window(LensRequest(prompt="x"), 100) == (84, 100)
+    with pytest.raises(ParameterError, match=r"<= 100 \(the prompt's positions\), at most 32 wide, got \[67, 100\]$"):
+        check_lens_window(LensRequest(prompt="x", positions=(67, 100)), 100)
+
+
+@pytest.mark.parametrize("positions", [[1.5, 4], [1], "0:4"])
+def test_a_lens_window_of_the_wrong_type_gets_400(setup, positions):
+    r = setup[2].post("/api/lens", json={"prompt": PROMPT, "positions": positions})
+    assert r.status_code == 400 and "positions" in r.json()["error"] and "\n" not in r.json()["error"]
 
 
 def test_attribution_view_is_logit_attrs(setup):
@@ -86,16 +141,55 @@ def _check_views(page, model, tok):
     page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
     page.evaluate("() => window.glass.idle()")
     ids = tok.encode_prompt(PROMPT)
+    n = len(ids)
     lens = np.asarray(logit_lens(model, ids))
-    shown = page.evaluate("() => window.glass.lens")
-    assert shown["top"] == lens.argmax(-1).tolist()
-    assert page.locator("#lens tr").count() == 1 + lens.shape[0]              # a header, then one row per stream
-    assert page.locator("#lens tr").nth(1).locator("td").count() == min(len(ids), 12)   # the last 12 positions
+    windows = []
+    while True:
+        shown = page.evaluate("() => window.glass.lens")
+        start, stop = shown["positions"]
+        windows.append((start, stop))
+        assert shown["top"] == lens[:, start:stop].argmax(-1).tolist()
+        assert page.locator("#lens tr").count() == 1 + lens.shape[0]          # a header, then one row per stream
+        assert page.locator("#lens tr").nth(1).locator("td").count() == stop - start
+        assert page.locator("#lens tr").first.locator("th").nth(1).inner_text().startswith(f"{start} ")
+        assert page.inner_text("#lens-note") == f"positions {start}–{stop - 1} of {n}"
+        assert page.is_enabled("#lens-later") == (stop < n)
+        if not page.is_enabled("#lens-earlier"):
+            break
+        page.click("#lens-earlier")
+        page.evaluate("() => window.glass.idle()")
+    assert windows[0] == (n - 16, n) and windows[-1][0] == 0 and len(windows) == -(-n // 16)
+    page.click("#lens-later")                                                  # and back
+    page.evaluate("() => window.glass.idle()")
+    assert page.evaluate("() => window.glass.lens.positions") == list(windows[-2])
     bars = page.evaluate("() => window.glass.attribution")
     np.testing.assert_allclose(bars["values"], np.asarray(logit_attrs(model, ids, bars["token"]))[:, -1],
                                rtol=1e-12, atol=1e-14)
     assert page.locator("#attr-bars li").count() == len(bars["labels"])
     assert page.locator("#attr-bars li").nth(1).get_attribute("data-label") == "L0H0"
+
+
+@pytest.mark.browser
+def test_a_short_prompts_lens_shows_every_position_and_no_buttons(browser, setup):  # noqa: F811
+    from glassllm.inspector import Inspector, create_app
+    from glassllm.inspector.server import Server
+
+    model, tok, _ = setup
+    short = "the cat sat"
+    server = Server(create_app(Inspector(model, tok), prompt=short), "127.0.0.1", 0).start()
+    try:
+        page = browser.new_page()
+        page.goto(server.url)
+        page.wait_for_function("() => window.glass && window.glass.ready === true", timeout=60_000)
+        page.evaluate("() => window.glass.idle()")
+        ids = tok.encode_prompt(short)
+        assert len(ids) <= 16
+        lens = np.asarray(logit_lens(model, ids))
+        assert page.evaluate("() => window.glass.lens.top") == lens.argmax(-1).tolist()
+        assert page.locator("#lens tr").nth(1).locator("td").count() == len(ids)
+        assert not page.is_visible("#lens-nav") and page.inner_text("#lens-note") == ""
+    finally:
+        server.stop()
 
 
 @pytest.mark.browser

@@ -389,6 +389,34 @@ def test_labelled_results_select_and_plot_their_own_numbers(model):
     plt.close("all")
 
 
+@pytest.mark.parametrize("window", [(0, 12), (3, 9), (11, 12), range(5, 8)])
+def test_a_window_of_the_lens_table_is_those_columns_of_the_logit_lens(model, window):
+    from glassllm.trace import lens_top
+
+    toks = ids(12, 3)
+    lens = np.asarray(logit_lens(model, toks))                           # (L+1, n, V), every position
+    start, stop = (window.start, window.stop) if isinstance(window, range) else window
+    cols = lens[:, start:stop]                                           # (L+1, w, V)
+    for kept in (None, trace(model, toks, lazy=True)):                   # run here, or read from a trace
+        top, prob = lens_top(model, toks, positions=window, trace=kept)
+        assert top.shape == prob.shape == (model.config.n_layers + 1, stop - start)
+        assert top.labels[1] == list(range(start, stop)) and top.baseline == {"positions": (start, stop), "length": 12}
+        np.testing.assert_array_equal(np.asarray(top), cols.argmax(-1))
+        e = np.exp(cols - cols.max(-1, keepdims=True))                    # softmax, written out here
+        np.testing.assert_allclose(np.asarray(prob), (e / e.sum(-1, keepdims=True)).max(-1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("window", [(5, 5), (9, 3), (0, 13), (-1, 4), (0.0, 4), (1, 2, 3), "0:4", range(0, 8, 2)])
+def test_a_bad_lens_window_is_refused_in_one_line_naming_it(model, window):
+    from glassllm.checks import ParameterError
+    from glassllm.trace import lens_top
+
+    with pytest.raises(ParameterError, match=r"^positions must be \[start, stop\) with 0 <= start < stop <= 12 "
+                                             r"\(the prompt's positions\), got ") as e:
+        lens_top(model, ids(12, 3), positions=window)
+    assert e.value.param == "positions" and "\n" not in str(e.value)
+
+
 def test_the_inspector_tables_are_the_lens_and_the_attributions(model):
     from glassllm.trace import direct_attribution, lens_top
 

@@ -31,8 +31,8 @@ from . import requests, views
 from .cache import TraceCache
 from .runs import Run, Runs, refuse_non_finite
 from .schema import (
-    AttributionRequest, HeadsRequest, InterventionBody, Limits, NextRequest, PromptRequest, SnapshotRequest,
-    TimelineRequest,
+    AttributionRequest, HeadsRequest, InterventionBody, LensRequest, Limits, NextRequest, PromptRequest,
+    SnapshotRequest, TimelineRequest,
 )
 from .views import encode_array, pool
 
@@ -130,16 +130,24 @@ class Inspector:
         self.runs.prompt(self.encode(prompt), None, None, True)
 
     # ------------------------------------------------------------------ logit lens, attribution
-    def lens(self, req: PromptRequest) -> dict:
-        """The logit lens of the prompt: for every residual stream (rows: the embedding, each layer's
-        input, the last layer's output) and position, the most likely token and its probability."""
+    def lens(self, req: LensRequest | PromptRequest) -> dict:
+        """The logit lens of the prompt over one window of positions (``req.positions``, default the
+        last :data:`~glassllm.inspector.requests.LENS_WINDOW`): for every residual stream (rows: the
+        embedding, each layer's input, the last layer's output) and position of the window, the most
+        likely token and its probability. Only the window's columns are computed, and each window is
+        kept in the trace cache, so moving back to one is a lookup."""
         from ..trace import LazyTrace, lens_top
 
         ids = self.encode(req.prompt)
-        run = self.runs.prompt(ids, None, None, True)                    # refuses a non-finite pass (cached)
-        kept = run.trace if isinstance(run.trace, LazyTrace) else None   # its residual streams, if it keeps them
-        top, prob = lens_top(self.runs.replica(), ids, trace=kept)       # this thread's copy of the model
-        return views.lens_view(top, prob, ids, self._vocab)
+        start, stop = requests.check_lens_window(_as_lens(req), len(ids))   # before any forward
+
+        def compute():
+            run = self.runs.prompt(ids, None, None, True)                # refuses a non-finite pass (cached)
+            kept = run.trace if isinstance(run.trace, LazyTrace) else None  # its residual streams, if kept
+            return lens_top(self.runs.replica(), ids, trace=kept, positions=(start, stop))  # this thread's model
+        top, prob = self.cache.get(self.runs.lens_key(ids, start, stop), compute,
+                                   size=lambda pair: sum(x.values.nbytes for x in pair))
+        return views.lens_view(top, prob, ids, self._vocab, *requests.lens_neighbours(start, stop, len(ids)))
 
     def attribution(self, req: AttributionRequest) -> dict:
         """Direct logit attribution at one position: each head's and MLP's share of one logit,
@@ -222,14 +230,19 @@ class Inspector:
         switching views never waits behind another prompt's forward pass.)"""
         if isinstance(req, TimelineRequest):
             return self._timeline_answer is not None
-        if not isinstance(req, (SnapshotRequest, NextRequest, HeadsRequest)):
+        if not isinstance(req, (SnapshotRequest, NextRequest, HeadsRequest, LensRequest)):
             return True                     # tokenizing: at most 20,000 characters, no model
         with self._ids_lock:
             ids = self._ids.get(req.prompt)
         if ids is None:
             return False
         runs = self.runs
-        if isinstance(req, SnapshotRequest):
+        if isinstance(req, LensRequest):
+            try:
+                keys = [runs.lens_key(ids, *requests.check_lens_window(req, len(ids)))]
+            except ValueError:
+                return True                 # refused at once, without the model
+        elif isinstance(req, SnapshotRequest):
             keys = [runs.decode_key(ids, req.step) if req.step else
                     runs.prompt_key(ids, req.intervention, req.target, req.grad)]
         elif isinstance(req, NextRequest):
@@ -239,3 +252,8 @@ class Inspector:
         else:
             keys = [runs.prompt_key(ids, req.intervention, req.target, req.grad)]
         return runs.cached(keys)
+
+
+def _as_lens(req) -> LensRequest:
+    """A lens request from a plain prompt request (the default window), as callers before windows sent."""
+    return req if isinstance(req, LensRequest) else LensRequest(prompt=req.prompt)

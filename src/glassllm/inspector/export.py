@@ -12,6 +12,8 @@ What is embedded, for the prompt:
 - ``steps`` greedy decoding steps (fewer if the text ends), every snapshot's value;
 - the next-token logits of the prompt and of every step;
 - the head grid (every layer's and head's weights, and their gradients);
+- the logit lens over every window of positions the page's earlier/later buttons reach (together,
+  every position of the prompt), and the direct attribution at the last position;
 - interventions: each head ablated, the mask switched off in each layer, the
   scores of each layer divided by each of ``TEMPERATURES``: the logits after each,
   and the intervened layer's scores, mask and weights; under each head ablation,
@@ -44,8 +46,8 @@ from ..files import atomic_write
 from ..optional import require
 from .data import Inspector
 from .schema import (
-    AttributionRequest, HeadsRequest, Intervention, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
-    describe_validation_error, request_key,
+    AttributionRequest, HeadsRequest, Intervention, LensRequest, NextRequest, PromptRequest, SnapshotRequest,
+    TimelineRequest, describe_validation_error, request_key,
 )
 from .assets import SCRIPTS, read_assets, script_tag
 
@@ -118,7 +120,12 @@ def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, 
     put("next", inspector.next_token, NextRequest(prompt=prompt))
     for grad in (False, True):
         put("heads", inspector.heads, HeadsRequest(prompt=prompt, grad=grad))
-    put("lens", inspector.lens, tokens)
+    put("lens", inspector.lens, tokens)               # the default window, then every window the buttons reach
+    window = out[request_key("lens", tokens)].get("positions")
+    while window is not None:
+        lens = LensRequest(prompt=prompt, positions=tuple(window))
+        put("lens", inspector.lens, lens)
+        window = out[request_key("lens", lens)].get("earlier")
     put("attribution", inspector.attribution, AttributionRequest(prompt=prompt))
     for name, layer, head in _views(inspector, [None], outside=True):
         for grad in (False, True):

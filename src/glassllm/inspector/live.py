@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..optional import require
 from .data import Inspector
 from .export import inline_page
-from .schema import (AttributionRequest, HeadsRequest, NextRequest, PromptRequest, SnapshotRequest,
+from .schema import (AttributionRequest, HeadsRequest, LensRequest, NextRequest, PromptRequest, SnapshotRequest,
                      TimelineRequest, describe_validation_error)
 
 anywidget = require("anywidget", "the live notebook view (glassllm.show(..., live=True))")
@@ -40,7 +40,7 @@ REQUESTS = {
     "snapshot": (SnapshotRequest, "snapshot"),
     "next": (NextRequest, "next_token"),
     "heads": (HeadsRequest, "heads"),
-    "lens": (PromptRequest, "lens"),
+    "lens": (LensRequest, "lens"),
     "attribution": (AttributionRequest, "attribution"),
     "timeline": (TimelineRequest, None),
 }

@@ -13,10 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.interventions import HEAD_AXES, from_fields
+from ..trace.lens import lens_window
 from ..trace.registry import axis_sizes
 
 __all__ = ["HEAD_AXES", "local_names", "full_name", "heads_of", "check_prompt", "check_snapshot", "check_cells",
-           "check_values", "check_step_zero", "check_target", "check_intervention", "check_top_k", "check_attribution"]
+           "check_values", "check_step_zero", "check_target", "check_intervention", "check_top_k", "check_attribution",
+           "LENS_WINDOW", "LENS_MAX_POSITIONS", "check_lens_window", "lens_neighbours"]
+
+LENS_WINDOW = 16            # the positions a logit-lens answer holds unless asked: the last 16 (the panel's width)
+LENS_MAX_POSITIONS = 32     # the widest window one request may ask for: (L+1) x 32 rows through the output matrix
 
 def local_names(axes: dict) -> list[str]:
     """Snapshot names as the page lists them: layer 0's names without ``layers.0.``, then the rest."""
@@ -133,3 +138,23 @@ def check_attribution(req, n: int, config) -> int:
     if req.token is not None and req.token >= V:
         raise ValueError(f"token {req.token} is out of range: token ids are 0..{V - 1}")
     return position
+
+
+def check_lens_window(req, n: int) -> tuple[int, int]:
+    """The logit lens's window ``(start, stop)`` of an ``n``-token prompt: ``req.positions``, checked
+    once here, before any forward (ParameterError naming the value and the range), or by default the
+    last :data:`LENS_WINDOW` positions."""
+    if req.positions is None:
+        return max(0, n - LENS_WINDOW), n
+    return lens_window(list(req.positions), n, most=LENS_MAX_POSITIONS)
+
+
+def lens_neighbours(start: int, stop: int, n: int) -> tuple[list[int] | None, list[int] | None]:
+    """The windows before and after ``[start, stop)`` that the page's earlier/later buttons ask for
+    (None at either end), each as wide as this one or :data:`LENS_WINDOW`, whichever is wider. From the
+    default window they tile the prompt from its end: ``[n-16, n)``, ``[n-32, n-16)``, ... down to
+    ``[0, k)``, each position in one window."""
+    w = max(stop - start, LENS_WINDOW)
+    earlier = [max(0, start - w), start] if start > 0 else None
+    later = [stop, min(n, stop + w)] if stop < n else None
+    return earlier, later

@@ -73,6 +73,10 @@ class Runs:
         return (self.model_key, "prompt", tuple(ids), None if iv is None else iv.model_dump_json(),
                 target if grad else None)
 
+    def lens_key(self, ids, start: int, stop: int) -> tuple:
+        """The cache key of the prompt's logit lens over positions ``[start, stop)``."""
+        return (self.model_key, "lens", tuple(ids), start, stop)
+
     def decode_key(self, ids, step) -> tuple:
         """The cache key of the decoding passes that hold ``step``; its last entry is how many passes."""
         # Decode a few steps ahead (8, 16, 32 ... passes), so stepping on is a lookup.

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 __all__ = [
     "Limits", "InterventionBody", "Intervention", "PromptRequest", "SnapshotRequest", "NextRequest", "HeadsRequest", "TimelineRequest",
-    "AttributionRequest",
+    "AttributionRequest", "LensRequest",
     "request_key", "describe_validation_error", "shown",
 ]
 
@@ -186,6 +186,17 @@ class NextRequest(PromptRequest):
     top_k: StrictInt | None = Field(default=None, ge=1)
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     intervention: InterventionBody | None = None
+
+
+class LensRequest(PromptRequest):
+    """The logit lens of the prompt's pass over one window of positions.
+
+    ``positions``  ``[start, stop)``: the positions whose columns are computed (checked against the
+    prompt by :func:`glassllm.trace.lens_window`); default the last
+    :data:`~glassllm.inspector.requests.LENS_WINDOW` positions (all of a shorter prompt).
+    """
+
+    positions: tuple[StrictInt, StrictInt] | None = None
 
 
 class AttributionRequest(PromptRequest):

@@ -11,7 +11,8 @@ Routes, and nothing else::
     POST /api/next      the next-token logits, survivors, before/after an intervention
     POST /api/heads     every layer's and head's attention weights (or gradients), for the head grid
     POST /api/timeline  {} -> the training run's probe history (when the model has one)
-    POST /api/lens      {"prompt"} -> the logit lens: each residual stream's top token per position
+    POST /api/lens      {"prompt", "positions"?: [start, stop)} -> the logit lens over one window of positions
+                        (default the last 16): each residual stream's top token per position
     POST /api/attribution  each head's and MLP's share of one logit (see schema.AttributionRequest)
     GET  /api/stats     what the server holds and has refused: the trace cache, the pool, RSS
 
@@ -59,7 +60,7 @@ from .auth import Access, is_loopback, own_hosts, same_origin_path
 from .data import Inspector
 from .pool import Busy, Limited, RateLimiter, WorkPool
 from .schema import (
-    AttributionRequest, HeadsRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
+    AttributionRequest, HeadsRequest, LensRequest, NextRequest, PromptRequest, SnapshotRequest, TimelineRequest,
     describe_validation_error,
 )
 
@@ -255,8 +256,8 @@ def create_app(inspector: Inspector, prompt: str | None = None, access: Access |
         return await compute(lambda _: inspector.timeline_view(), req)
 
     @app.post("/api/lens")
-    async def lens(req: PromptRequest):
-        return await compute(inspector.lens, req, runs_model=True)
+    async def lens(req: LensRequest):
+        return await compute(inspector.lens, req)
 
     @app.post("/api/attribution")
     async def attribution(req: AttributionRequest):

@@ -261,12 +261,16 @@ def distribution(logits: np.ndarray, req) -> dict:
             "survivors": [int(i) for i in survivors]}
 
 
-def lens_view(top, prob, ids: list[int], vocab: list[str]) -> dict:
-    """The logit lens's answer from :func:`glassllm.trace.lens_top`'s ``top`` ids and ``prob``."""
-    rows = np.asarray(top).tolist()                                      # (L+1, n) token ids
+def lens_view(top, prob, ids: list[int], vocab: list[str], earlier=None, later=None) -> dict:
+    """The logit lens's answer from :func:`glassllm.trace.lens_top`'s ``top`` ids and ``prob`` over one
+    window of positions: ``positions`` ``[start, stop)`` of ``length`` (every position's piece is in
+    ``pieces``), and the windows the page's buttons move to (``earlier``, ``later``: None at an end)."""
+    rows = np.asarray(top).tolist()                                      # (L+1, w) token ids
+    start, stop = top.baseline.get("positions", (0, len(ids)))
     return {"streams": list(top.labels[0]), "pieces": [vocab[i] for i in ids], "top": rows,
             "top_pieces": [[vocab[i] for i in row] for row in rows],
-            "prob": np.asarray(prob, dtype=np.float64).tolist()}
+            "prob": np.asarray(prob, dtype=np.float64).tolist(),
+            "positions": [start, stop], "length": len(ids), "earlier": earlier, "later": later}
 
 
 def attribution_view(bars, position: int, ids: list[int], vocab: list[str]) -> dict:

@@ -78,7 +78,7 @@ from .files import FORMAT, VERSION, validate_manifest
 from .interventions import (Edit, Hook, HookContext, Intervention, MaskOff, MeanAblate, Patch, Steer, Temperature,
                             ZeroAblate)
 from .labelled import Labelled
-from .lens import component_labels, decompose, direct_attribution, lens_top, logit_attrs, logit_lens
+from .lens import component_labels, decompose, direct_attribution, lens_top, lens_window, logit_attrs, logit_lens
 from .record import Step, Trace, load_trace
 from .registry import (DESCRIPTIONS, DOC_BEGIN, DOC_END, axis_sizes, registry, snapshot_shape, snapshot_table,
                        write_snapshot_doc)
@@ -105,5 +105,5 @@ __all__ = [
     "axis_sizes", "Intervention", "Edit", "ZeroAblate", "MeanAblate", "Patch", "MaskOff", "Temperature", "Steer",
     "snapshot_table", "write_snapshot_doc", "validate_manifest", "FORMAT", "VERSION",
     "DESCRIPTIONS", "DOC_BEGIN", "DOC_END", "IGNORE_INDEX", "Hook", "HookContext", "Labelled",
-    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "direct_attribution", "patching", "circuits", "names",
+    "logit_lens", "decompose", "logit_attrs", "component_labels", "to_str_tokens", "lens_top", "lens_window", "direct_attribution", "patching", "circuits", "names",
 ]

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..checks import ParameterError, is_int
 from .. import autograd as ag
+from ..checks import ParameterError, is_int, shown
 from .labelled import Labelled
 from .tracer import trace
 
@@ -157,13 +158,41 @@ def logit_attrs(model, tokens, answer, wrong=None, *, interventions=(), tokenize
                     "direct logit attribution", {"total": total})
 
 
+def lens_window(positions, n: int, most: int | None = None) -> tuple[int, int]:
+    """The window ``positions`` of an ``n``-position prompt as ``(start, stop)``: every position for None,
+    else a pair ``[start, stop)`` (or a ``range`` of step 1) with ``0 <= start < stop <= n``, and at most
+    ``most`` positions wide when ``most`` is given. Anything else: :class:`~glassllm.checks.ParameterError`
+    naming the value and the range expected.
+
+    >>> lens_window(None, 5), lens_window((1, 3), 5), lens_window(range(2, 5), 5)
+    ((0, 5), (1, 3), (2, 5))
+    """
+    if positions is None:
+        return 0, n
+    if isinstance(positions, range) and positions.step == 1:
+        pair = (positions.start, positions.stop)
+    elif isinstance(positions, (tuple, list)) and len(positions) == 2:
+        pair = tuple(positions)
+    else:
+        pair = None
+    wide = f", at most {most} wide" if most is not None else ""
+    expected = f"must be [start, stop) with 0 <= start < stop <= {n} (the prompt's positions){wide}"
+    if (pair is None or not all(is_int(p) for p in pair) or not 0 <= pair[0] < pair[1] <= n
+            or (most is not None and pair[1] - pair[0] > most)):
+        raise ParameterError("positions", f"{expected}, got {shown(positions)}")
+    return int(pair[0]), int(pair[1])
+
+
 def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0,
-             trace=None) -> tuple[Labelled, Labelled]:
+             trace=None, positions=None) -> tuple[Labelled, Labelled]:
     """The logit lens as a table: for every stream and position, its most likely token and that probability.
 
-    Returns ``(ids, probs)``, each (L + 1, n) with axes ``stream``, ``position``
-    (the inspector's logit-lens view: one cell per stream and position). Computed a stream at a time
-    (a few hundred positions) in the model's dtype, so a large vocabulary never makes the whole lens.
+    Returns ``(ids, probs)``, each (L + 1, w) with axes ``stream``, ``position``
+    (the inspector's logit-lens view: one cell per stream and position). ``positions``: the window
+    ``[start, stop)`` of positions to compute (:func:`lens_window`; default every position, w = n):
+    only those columns are computed, and ``baseline`` holds ``positions`` (start, stop) and ``length``
+    (n). Computed a few hundred rows at a time in the model's dtype, so a large vocabulary never makes
+    the whole lens.
     ``trace``: a trace of these ``tokens`` under these ``interventions`` that holds the residual streams
     (a :class:`~glassllm.trace.LazyTrace` keeps them), read instead of running the model again.
 
@@ -171,27 +200,35 @@ def lens_top(model, tokens, *, interventions=(), tokenizer=None, batch: int = 0,
     >>> ids, probs = lens_top(Transformer(seed=0), [5, 6, 7])
     >>> ids.shape, bool(((0 < np.asarray(probs)) & (np.asarray(probs) <= 1)).all())
     ((5, 3), True)
+    >>> lens_top(Transformer(seed=0), [5, 6, 7], positions=(1, 3))[0].shape
+    (5, 2)
     """
     L = model.config.n_layers
     names = [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post"]
+    if trace is None:
+        lens_window(positions, np.shape(tokens)[-1])                   # a bad window: refused before the forward
     t = _run(model, tokens, names, interventions, batch) if trace is None else trace
     n = t.get(names[0]).shape[0]
-    top = np.empty((L + 1, n), dtype=np.int64)
-    prob = np.empty((L + 1, n), dtype=np.float64)
+    start, stop = lens_window(positions, n)
+    w = stop - start
+    # Every stream's rows of the window, one after another: (S*w, C), S = L + 1 streams.
+    x = np.concatenate([t.get(k)[start:stop] for k in names])         # (S*w, C)
+    top = np.empty(len(x), dtype=np.int64)
+    prob = np.empty(len(x), dtype=np.float64)
     # Up to 64 MB of logits at a time, in the model's dtype: never the (L+1, n, V) lens itself, and
     # rows enough for the output GEMM to run at full speed.
     rows = max(1, (64 << 20) // (4 * model.config.vocab_size))
-    for s, k in enumerate(names):
-        x = t.get(k)                                                    # (n, C)
-        for lo in range(0, n, rows):
-            logits = _unembed(model, x[lo:lo + rows])                   # (r, V)
-            best = logits.argmax(axis=-1)                               # (r,)
-            top[s, lo:lo + rows] = best
-            peak = logits[np.arange(len(best)), best]                   # (r,) the row maxima
-            prob[s, lo:lo + rows] = np.exp(peak - ag.logsumexp_np(logits, axis=-1))  # p of the top
-    dims, labels = ("stream", "position"), [names, _position_labels(t.tokens, n, tokenizer)]
-    return (Labelled(top, dims, labels, "logit lens: top token"),
-            Labelled(prob, dims, labels, "logit lens: its probability"))
+    for lo in range(0, len(x), rows):
+        logits = _unembed(model, x[lo:lo + rows])                      # (r, V)
+        best = logits.argmax(axis=-1)                                  # (r,)
+        top[lo:lo + rows] = best
+        peak = logits[np.arange(len(best)), best]                      # (r,) the row maxima
+        prob[lo:lo + rows] = np.exp(peak - ag.logsumexp_np(logits, axis=-1))  # p of the top
+    dims = ("stream", "position")
+    labels = [names, _position_labels(t.tokens, n, tokenizer)[start:stop]]
+    held = {"positions": (start, stop), "length": n}
+    return (Labelled(top.reshape(L + 1, w), dims, labels, "logit lens: top token", held),   # (S, w)
+            Labelled(prob.reshape(L + 1, w), dims, labels, "logit lens: its probability", held))
 
 
 def direct_attribution(model, tokens, position: int = -1, token=None, *, interventions=(), batch: int = 0) -> Labelled:

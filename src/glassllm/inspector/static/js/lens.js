@@ -6,34 +6,43 @@
 "use strict";
 
 const Lens = (() => {
-  const LENS_COLUMNS = 12;
-
   // One of the prompt's whole-pass views: asked for, kept in glass[kind], drawn into #box by `draw`;
   // if it cannot be had, the box is emptied and #errorLine says why.
-  function loadPanel(kind, box, errorLine, draw) {
-    return Api.load(kind, kind, {prompt: state.prompt}, {
+  function loadPanel(kind, box, errorLine, draw, extra = {}) {
+    return Api.load(kind, kind, {prompt: state.prompt, ...extra}, {
       error: errorLine,
       draw: (r) => { glass[kind] = r; draw(r, $(box)); },
       fail: () => { glass[kind] = null; $(box).replaceChildren(); },
     });
   }
 
-  function load() {
+  // The answer holds one window of positions, [start, stop) of `length` (the server computes only those
+  // columns; by default the last 16): a table cell per stream and position. The earlier/later buttons ask
+  // for the windows the answer names (`earlier`, `later`), each computed once and then kept.
+  function load(positions) {
+    const nav = (id, to) => {
+      const b = $(id);
+      b.disabled = !to;
+      b.onclick = to ? () => load(to) : null;
+    };
     return loadPanel("lens", "lens", "lens-error", (r, table) => {
-      // The last LENS_COLUMNS positions only: a table cell per stream and position (the page stays small).
-      const first = Math.max(0, r.pieces.length - LENS_COLUMNS);
-      $("lens-note").textContent = first > 0 ? `positions ${first}–${r.pieces.length - 1} of ${r.pieces.length}` : "";
+      const [first, stop] = r.positions;
+      const whole = first === 0 && stop === r.length;
+      $("lens-note").textContent = whole ? "" : `positions ${first}–${stop - 1} of ${r.length}`;
+      $("lens-nav").hidden = whole;
+      nav("lens-earlier", r.earlier);
+      nav("lens-later", r.later);
       const head = el("tr");
       head.append(el("th", {}, "stream ↓ · position →"));
-      r.pieces.slice(first).forEach((p, j) => head.append(
+      r.pieces.slice(first, stop).forEach((p, j) => head.append(
         el("th", {title: `position ${first + j}`}, `${first + j} ${clip(show(p), 10)}`)));
       const rows = r.streams.map((name, s) => {
         const tr = el("tr");
         tr.append(el("th", {}, name));
-        r.top_pieces[s].slice(first).forEach((piece, j) => {
+        r.top_pieces[s].forEach((piece, j) => {
           const i = first + j;
-          const p = r.prob[s][i];
-          const td = el("td", {title: `${name}, position ${i}: ${JSON.stringify(piece)} (id ${r.top[s][i]}), p = ${p}`});
+          const p = r.prob[s][j];
+          const td = el("td", {title: `${name}, position ${i}: ${JSON.stringify(piece)} (id ${r.top[s][j]}), p = ${p}`});
           td.style.background = `rgba(44, 111, 187, ${(0.6 * p).toFixed(3)})`;
           td.append(document.createTextNode(clip(show(piece), 10)), el("small", {}, p.toFixed(2)));
           tr.append(td);
@@ -41,7 +50,7 @@ const Lens = (() => {
         return tr;
       });
       table.replaceChildren(head, ...rows);
-    });
+    }, positions ? {positions} : {});
   }
 
   function loadAttribution() {

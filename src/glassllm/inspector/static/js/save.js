@@ -35,8 +35,10 @@ const Save = (() => {
     if (kind === "lens") {
       const r = glass.lens;
       if (!r) return null;
-      return {title: "logit-lens", fields: {snapshot: "logit lens (resid streams through the final norm and output)"},
-              columns: ["stream", ...r.pieces.map((p, i) => `${i} ${p}`)],
+      const [first, stop] = r.positions;
+      return {title: "logit-lens", fields: {snapshot: "logit lens (resid streams through the final norm and output)",
+                                            positions: r.positions, length: r.length},
+              columns: ["stream", ...r.pieces.slice(first, stop).map((p, i) => `${first + i} ${p}`)],
               rows: r.streams.map((name, s) => [name, ...r.top_pieces[s].map((p, i) => `${p} (${r.prob[s][i]})`)])};
     }
     if (kind === "attribution") {
