@@ -77,6 +77,21 @@ def test_kept_blocks_stay_within_their_bytes():
     assert lazy.nbytes < fixed + 2 * block
 
 
+def test_a_small_model_reserves_what_all_its_blocks_hold_not_the_whole_bound():
+    # A cache sizes a lazy trace by reserved_bytes: a bound far above the model's blocks must not count.
+    config = CONFIGS["gqa3"]
+    model = Transformer(config, seed=0, dtype=np.float64)
+    ids = np.arange(20) % config.vocab_size
+    lazy = LazyTrace(model, ids, ids, keep_bytes=1 << 30)
+    reserved = lazy.reserved_bytes
+    assert reserved < 1 << 30
+    for k in lazy.names():                        # every block computed and kept
+        lazy.get(k)
+        if not k.endswith("mask"):
+            lazy.grad(k)
+    assert lazy.nbytes <= reserved <= 3 * lazy.nbytes
+
+
 def test_lazy_refuses_what_it_cannot_follow():
     model = Transformer(CONFIGS["mqa"], seed=0)
     with pytest.raises(ValueError, match="records every name of one row"):

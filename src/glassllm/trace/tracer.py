@@ -25,7 +25,7 @@ from ..checks import ParameterError
 from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
-from .registry import check_index, registry, resolve_all, storage_dtype
+from .registry import check_index, registry, resolve_all, snapshot_shape, storage_dtype
 
 # Snapshots that are views into buffers the model later overwrites (the KV
 # cache's arrays, when a cache is rewound or reused): always stored as copies.
@@ -426,6 +426,7 @@ class LazyTrace(Trace):
         self._lock = threading.RLock()
         self._segments: OrderedDict[str, list[str]] = OrderedDict()  # computed segment -> the names it added
         self._held = 0
+        self._all_blocks: int | None = None                 # bytes of every block's snapshots and gradients
         L = model.config.n_layers
         self._n = n = tokens.shape[1]
         self._tokens = tokens
@@ -561,7 +562,14 @@ class LazyTrace(Trace):
 
     @property
     def reserved_bytes(self) -> int:
-        return self.nbytes - self._held + self._keep
+        """What the trace may grow to: what it holds outside the kept blocks, plus the kept blocks at their
+        bound -- or at the size of every block's snapshots and gradients together, when that is smaller."""
+        if self._all_blocks is None:
+            item = np.dtype(self.dtype).itemsize
+            values = sum(int(np.prod(snapshot_shape(k, self.config, self._n)))
+                         for k in self.axes if self._segment_of(k) is not None)
+            self._all_blocks = 2 * values * item                # values and their gradients
+        return self.nbytes - self._held + min(self._keep, self._all_blocks)
 
     # -- reading -----------------------------------------------------------------
     def _read(self, name, layer, head, step, grads: bool) -> np.ndarray:
