@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import ParameterError, is_int
 from .. import autograd as ag
 from ..checks import ParameterError, is_int, shown
 from .labelled import Labelled

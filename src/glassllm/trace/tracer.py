@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from ..checks import ParameterError
 from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
-from .registry import check_index, registry, resolve_all, snapshot_shape, storage_dtype
+from .registry import axis_sizes, check_index, registry, resolve_all, storage_dtype
 
 # Snapshots that are views into buffers the model later overwrites (the KV
 # cache's arrays, when a cache is rewound or reused): always stored as copies.
@@ -566,8 +567,9 @@ class LazyTrace(Trace):
         bound -- or at the size of every block's snapshots and gradients together, when that is smaller."""
         if self._all_blocks is None:
             item = np.dtype(self.dtype).itemsize
-            values = sum(int(np.prod(snapshot_shape(k, self.config, self._n)))
-                         for k in self.axes if self._segment_of(k) is not None)
+            sizes = axis_sizes(self.config, self._n, self._n)
+            values = sum(math.prod(sizes[a] for a in axes) for k, axes in self.axes.items()
+                         if self._segment_of(k) is not None)
             self._all_blocks = 2 * values * item                # values and their gradients
         return self.nbytes - self._held + min(self._keep, self._all_blocks)
 
