@@ -97,7 +97,7 @@ def test_show_takes_a_model_object_or_a_file_and_more_views(bundled, tmp_path):
     (("",), {}, "prompt"),
     ((PROMPT,), {"steps": -1}, "steps must be in [0, 64], got -1"),
     ((PROMPT,), {"names": ["attn.nope"]}, "unknown snapshot name(s) 'attn.nope'"),
-    ((PROMPT,), {"height": 10}, "height must be an int in [200, 4000] (pixels), got 10"),
+    ((PROMPT,), {"height": 10}, "height must be in [200, 4000] (pixels), got 10"),
     ((PROMPT, object()), {}, "model= is a model object: pass its tokenizer= too"),
 ])
 def test_show_refuses_bad_arguments_in_one_line(args, kwargs, message):

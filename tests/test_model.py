@@ -375,8 +375,8 @@ def test_cache_room_and_batch(make_model):
     (dict(n_heads=4, n_kv_heads=3), ValueError, r"n_heads=4 is not divisible by n_kv_heads=3"),
     (dict(dim=12, n_heads=4, n_kv_heads=2), ValueError, r"head size dim/n_heads=3 must be even"),
     (dict(n_layers=0), ValueError, r"n_layers must be >= 1, got 0"),
-    (dict(vocab_size="1024"), TypeError, r"vocab_size must be an int, got '1024'"),
-    (dict(dim=128.0), TypeError, r"dim must be an int, got 128.0"),
+    (dict(vocab_size="1024"), TypeError, r"^ModelConfig.vocab_size must be an int >= 1, got '1024'$"),
+    (dict(dim=128.0), TypeError, r"^ModelConfig.dim must be an int >= 1, got 128.0$"),
     (dict(norm_eps=float("nan")), ValueError, r"norm_eps must be a finite number > 0, got nan"),
     (dict(vocab_size=70000), ValueError, r"vocab_size=70000 exceeds 65536"),
 ])

@@ -33,6 +33,14 @@ glassllm.checks.ParameterTypeError: batch must be an int, got 2.0
 >>> check_int("steps", 2.5, low=1)
 Traceback (most recent call last):
 glassllm.checks.ParameterTypeError: steps must be an int >= 1, got 2.5
+>>> check_int("height", 10, low=200, high=4000, note="pixels")
+Traceback (most recent call last):
+glassllm.checks.ParameterError: height must be in [200, 4000] (pixels), got 10
+>>> check_int("dim", "128", low=1, owner="ModelConfig")
+Traceback (most recent call last):
+glassllm.checks.ParameterTypeError: ModelConfig.dim must be an int >= 1, got '128'
+>>> check_int("port", np.int64(8080), low=0, high=65535)    # a NumPy integer is an int too
+8080
 
 This module imports nothing from glassllm.
 """
@@ -105,13 +113,14 @@ def is_number(x) -> bool:
 
 
 def check_int(name: str, x, low: int | None = None, high: int | None = None, *, none: bool = False,
-              owner: str = "") -> int | None:
+              owner: str = "", note: str = "") -> int | None:
     """``x`` as a Python int, when it is an integer (not a bool) in [low, high] (either bound may be None).
 
     Otherwise raises :class:`ParameterTypeError` for a value that is not an integer (``"steps must be
     an int >= 1, got 2.5"``) or :class:`ParameterError` for one out of range (``"steps must be >= 1,
-    got 0"``), naming parameter ``name`` (of class ``owner``, if given). With ``none=True`` None is
-    accepted and returned.
+    got 0"``), naming parameter ``name`` (of class ``owner``, if given: ``"ModelConfig.dim must be >= 1,
+    got 0"``). ``note`` says what the range means, in parentheses after it (``"pixels"``: ``"height must
+    be in [200, 4000] (pixels), got 10"``). With ``none=True`` None is accepted and returned.
     """
     if x is None and none:
         return None
@@ -121,6 +130,7 @@ def check_int(name: str, x, low: int | None = None, high: int | None = None, *, 
         span = f" >= {low}" if low is not None else f" <= {high}"
     else:
         span = ""
+    span += f" ({note})" if note else ""
     if not is_int(x):
         raise ParameterTypeError(name, f"must be an int{span}{' or None' if none else ''}, got {x!r:.60}",
                                  owner=owner)

@@ -25,7 +25,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from .checks import ParameterError, ParameterTypeError
+from .checks import ParameterError, check_int
 from .limits import over_limit, parse_json
 
 __all__ = ["JsonConfig", "ModelConfig"]
@@ -104,11 +104,8 @@ class ModelConfig(JsonConfig):
 
     def __post_init__(self):
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ParameterTypeError(name, f"must be an int, got {value!r}", owner="ModelConfig")
-            if value < 1:
-                raise ParameterError(name, f"must be >= 1, got {value}", owner="ModelConfig")
+            value = check_int(name, getattr(self, name), low=1, owner="ModelConfig")
+            object.__setattr__(self, name, value)           # a NumPy integer is kept as the int it is
             problem = name != "vocab_size" and over_limit(value, _LIMIT_OF[name])
             if problem:                                     # glassllm.limits: checked before anything is built
                 raise ParameterError(name, problem, owner="ModelConfig")

@@ -398,7 +398,7 @@ def check_header_entries(header: dict, meta, data_len: int, where: str, dtypes) 
             raise ValueError(f"{where!r}: tensor {name[:40]!r} has a malformed header entry (expected dtype, "
                              f"a shape of at most {LIMITS['dims'].value} sizes and two data_offsets)")
         lo, hi = offsets
-        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= data_len):
+        if not (is_int(lo) and is_int(hi) and 0 <= lo <= hi <= data_len):
             raise ValueError(f"{where!r}: tensor {name[:40]!r} points outside the file (truncated?)")
         dtype = info.get("dtype")
         if not (isinstance(dtype, str) and dtype in dtypes):

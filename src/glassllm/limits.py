@@ -28,7 +28,7 @@ Traceback (most recent call last):
     ...
 ValueError: model.bin: n_layers=10000000 is over the limit of 1,024 layers
 
-This module imports nothing from glassllm.
+This module imports nothing from glassllm but :mod:`glassllm.checks`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from .checks import is_int
 
 __all__ = ["Limit", "LIMITS", "limit", "over_limit", "check_count", "check_fits", "parse_json", "expect", "markdown_table",
            "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
@@ -86,9 +88,9 @@ def limit(name: str) -> int:
 
 
 def over_limit(value, name: str) -> str | None:
-    """``"=N is over the limit of 1,024 layers"`` if the int ``value`` exceeds limit ``name``, else None."""
+    """``"=N is over the limit of 1,024 layers"`` if the integer ``value`` exceeds limit ``name``, else None."""
     lim = LIMITS[name]
-    if isinstance(value, int) and not isinstance(value, bool) and value > lim.value:
+    if is_int(value) and value > lim.value:
         shown = f"an int of {len(str(value))} digits" if value > 10**30 else str(value)
         return f"={shown} is over the limit of {lim.value:,} {lim.what}"
     return None

@@ -28,6 +28,8 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from ..checks import check_int
+
 __all__ = ["TraceCache", "model_digest", "nbytes"]
 
 
@@ -69,9 +71,7 @@ class TraceCache:
     """
 
     def __init__(self, max_bytes: int):
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        self.max_bytes = max_bytes
+        self.max_bytes = check_int("max_bytes", max_bytes, low=0)
         self._lock = threading.Lock()
         self._entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._pending: dict[Hashable, Future] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from ..checks import check_int
 from ..optional import require
 
 H11Protocol = require("uvicorn.protocols.http.h11_impl", "the inspector's server").H11Protocol
@@ -28,8 +29,7 @@ def guarded_protocol(head_timeout: float, per_client: int) -> type:
     """An :class:`H11Protocol` with a deadline for request headers and a cap on connections per address."""
     if not head_timeout > 0:
         raise ValueError(f"head_timeout must be > 0 seconds, got {head_timeout!r}")
-    if isinstance(per_client, bool) or not isinstance(per_client, int) or per_client < 1:
-        raise ValueError(f"per_client must be an int >= 1, got {per_client!r}")
+    per_client = check_int("per_client", per_client, low=1)
     open_by_client: dict[str, int] = {}
 
     class GuardedProtocol(H11Protocol):

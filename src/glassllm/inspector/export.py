@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 
+from ..checks import check_int, is_int
 from ..files import atomic_write
 from ..optional import require
 from .data import Inspector
@@ -247,12 +248,11 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
         raise ValueError(describe_validation_error(e.errors())) from None
     limit = inspector.limits.max_new_tokens
     steps = min(8, limit) if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= limit:
-        raise ValueError(f"steps must be an int in [0, {limit}] (--max-new-tokens), got {steps!r}")
+    steps = check_int("steps", steps, low=0, high=limit, note="--max-new-tokens")
     L = inspector.config.n_layers
     if layers is not None:
         layers = list(layers)
-        bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < L]
+        bad = [i for i in layers if not is_int(i) or not 0 <= i < L]
         if bad or not layers:
             raise ValueError(f"layers must be layer numbers in 0..{L - 1}, got {layers!r}")
     if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 0 < max_mb < float("inf"):

@@ -21,6 +21,7 @@ script posts ``{glass: "answer", ...}`` back into the frame.
 
 from __future__ import annotations
 
+from ..checks import check_int
 from ..optional import require
 from .data import Inspector
 from .export import inline_page
@@ -97,8 +98,7 @@ class LiveView(anywidget.AnyWidget):
     height = traitlets.Int(860).tag(sync=True)
 
     def __init__(self, inspector: Inspector, prompt: str, height: int = 860):
-        if isinstance(height, bool) or not isinstance(height, int) or not 200 <= height <= 4000:
-            raise ValueError(f"height must be an int in [200, 4000] (pixels), got {height!r}")
+        height = check_int("height", height, low=200, high=4000, note="pixels")
         super().__init__(page=inline_page('<script id="glass-kernel" type="application/json">{}</script>\n'),
                          height=height)
         self.inspector, self.prompt = inspector, prompt

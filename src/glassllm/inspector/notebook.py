@@ -63,8 +63,7 @@ class InlineView:
     """
 
     def __init__(self, page: str, title: str, height: int = 860, png: bytes | None = None):
-        if isinstance(height, bool) or not isinstance(height, int) or not 200 <= height <= 4000:
-            raise ValueError(f"height must be an int in [200, 4000] (pixels), got {height!r}")
+        height = check_int("height", height, low=200, high=4000, note="pixels")
         self.page, self.title, self.height, self.png = page, title, height, png
 
     def __repr__(self) -> str:

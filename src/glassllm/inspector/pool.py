@@ -26,6 +26,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from ..checks import check_int
+
 __all__ = ["WorkPool", "RateLimiter", "Busy", "Limited", "default_workers"]
 
 
@@ -58,9 +60,7 @@ class WorkPool:
 
     def __init__(self, workers: int | None = None, queue: int = 32):
         workers = default_workers() if workers is None else workers
-        for name, value, low in (("workers", workers, 1), ("queue", queue, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        workers, queue = check_int("workers", workers, low=1), check_int("queue", queue, low=0)
         self.workers, self.queue = workers, queue
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="glassllm-work")
         self._lock = threading.Lock()
@@ -115,8 +115,7 @@ class RateLimiter:
                  max_clients: int = 10_000):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0 or math.isinf(rate):
             raise ValueError(f"rate must be a finite number > 0 (requests per second), got {rate!r}")
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise ValueError(f"burst must be an int >= 1, got {burst!r}")
+        burst = check_int("burst", burst, low=1)
         self.rate, self.burst, self.clock, self.max_clients = float(rate), burst, clock, max_clients
         self._buckets: dict[str, tuple[float, float]] = {}       # client -> (tokens, when)
         self._lock = threading.Lock()

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from ..checks import shown
+from ..checks import check_int, shown
 from ..optional import require
 from ..trace.names import from_transformer_lens
 
@@ -57,9 +57,7 @@ class Limits:
 
     def __post_init__(self):
         for name in ("max_prompt_tokens", "max_new_tokens", "max_cells"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Limits.{name} must be an int >= 1, got {value!r}")
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low=1, owner="Limits"))
 
     def fit(self, context: int) -> "Limits":
         """These limits, with the prompt capped so that the prompt plus one new token fit ``context``."""

@@ -54,6 +54,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from ..checks import check_int
 from ..heap import release_freed_memory, resident_bytes
 from .assets import ASSETS, read_assets
 from .auth import Access, is_loopback, own_hosts, same_origin_path
@@ -307,8 +308,7 @@ class Server:
 
         from .connections import guarded_protocol
 
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an int in 0..65535 (0 = any free port), got {port!r}")
+        port = check_int("port", port, low=0, high=65535, note="0 = any free port")
         self.protocol = guarded_protocol(head_timeout, per_client)
         self.config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                                      lifespan="off", http=self.protocol, timeout_keep_alive=5)

@@ -76,6 +76,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import is_model_file, load_model, save_model
+from ..checks import is_int
 from ..config import ModelConfig
 from ..files import atomic_write, encode_safetensors, make_folder, read_file, read_safetensors, refuse_to_replace
 from ..limits import MAX_JSON_BYTES, check_count, expect, parse_json
@@ -229,7 +230,7 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
 
     dim, heads = doc["hidden_size"], doc["num_attention_heads"]
     head_dim = doc.get("head_dim")
-    if head_dim is not None and (not isinstance(dim, int) or not isinstance(heads, int) or heads < 1
+    if head_dim is not None and (not is_int(dim) or not is_int(heads) or heads < 1
                                  or head_dim * heads != dim):
         raise _bad(where, "head_dim", head_dim, f"hidden_size / num_attention_heads = {dim}/{heads}")
     tied = doc.get("tie_word_embeddings", False)

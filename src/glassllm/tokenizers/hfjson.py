@@ -26,6 +26,7 @@ import unicodedata
 
 import numpy as np
 
+from ..checks import is_int
 from .bpe import Tokenizer
 from .corpus import WHITE_SPACE
 from .sentencepiece import SPTokenizer
@@ -240,9 +241,9 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     added = doc.get("added_tokens") or []
     if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
         raise unsupported(where, "added_tokens", type(added).__name__, "a list of objects")
-    added = sorted(added, key=lambda t: t.get("id", -1) if isinstance(t.get("id"), int) else -1)
+    added = sorted(added, key=lambda t: t["id"] if is_int(t.get("id")) else -1)
     for t in added:
-        if not isinstance(t.get("content"), str) or isinstance(t.get("id"), bool) or not isinstance(t.get("id"), int):
+        if not isinstance(t.get("content"), str) or not is_int(t.get("id")):
             raise unsupported(where, "added_tokens", t, "objects with a str content and an int id")
         if not t.get("special", False):
             raise unsupported(where, f"added_tokens[{t.get('content')!r}].special", False,
@@ -256,7 +257,7 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
     special_names = {t["content"] for t in added}
     hf_id_of: dict[bytes, int] = {}
     for token, hf_id in vocab.items():
-        if isinstance(hf_id, bool) or not isinstance(hf_id, int):
+        if not is_int(hf_id):
             raise unsupported(where, f"model.vocab[{token!r}]", hf_id, "an int id")
         if token in special_names:
             continue

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checks import is_int
 from ..config import ModelConfig
 from ..files import atomic_path
 from ..limits import parse_json
@@ -77,10 +78,6 @@ def _fail(msg: str):
     raise ValueError(f"trace manifest: {msg}")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def validate_manifest(manifest) -> dict:
     """Check a trace manifest field by field; return it. Raises ValueError naming the first bad field.
 
@@ -100,7 +97,7 @@ def validate_manifest(manifest) -> dict:
         _fail(f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}")
     if manifest["format"] != FORMAT:
         _fail(f"format is {manifest['format']!r}, expected {FORMAT!r}")
-    if not _is_int(manifest["version"]) or manifest["version"] != VERSION:
+    if not is_int(manifest["version"]) or manifest["version"] != VERSION:
         _fail(f"version is {manifest['version']!r}; this glassllm reads version {VERSION}")
     try:
         config = ModelConfig.from_dict(manifest["config"])
@@ -108,7 +105,7 @@ def validate_manifest(manifest) -> dict:
         _fail(f"bad config: {e}")
     if config.n_layers > MAX_LAYERS:
         _fail(f"config has {config.n_layers} layers, more than the limit {MAX_LAYERS}")
-    if not _is_int(manifest["batch"]) or manifest["batch"] < 0:
+    if not is_int(manifest["batch"]) or manifest["batch"] < 0:
         _fail(f"batch must be an int >= 0, got {manifest['batch']!r}")
     if manifest["dtype"] not in STORAGE_DTYPES:
         _fail(f"dtype must be one of {STORAGE_DTYPES}, got {manifest['dtype']!r}")
@@ -140,16 +137,16 @@ def validate_manifest(manifest) -> dict:
         if not isinstance(s, dict) or set(s) - {"pad"} != step_fields:
             _fail(f"step {i} must be an object with fields {sorted(step_fields)} (and optionally 'pad')")
         n, m, start = s["n"], s["m"], s["start"]
-        if not (_is_int(n) and _is_int(m) and _is_int(start) and n >= 1 and start >= 0 and m == start + n
+        if not (is_int(n) and is_int(m) and is_int(start) and n >= 1 and start >= 0 and m == start + n
                 and m <= config.max_seq_len):
             _fail(f"step {i}: need ints n >= 1, start >= 0, m = start + n <= {config.max_seq_len}; "
                   f"got n={n!r}, m={m!r}, start={start!r}")
         pad = s.get("pad", 0)
-        if not (_is_int(pad) and 0 <= pad <= m):
+        if not (is_int(pad) and 0 <= pad <= m):
             _fail(f"step {i}: pad must be an int in [0, m={m}], got {pad!r}")
         tokens = s["tokens"]
         if (not isinstance(tokens, list) or len(tokens) != n
-                or not all(_is_int(t) and 0 <= t < config.vocab_size for t in tokens)):
+                or not all(is_int(t) and 0 <= t < config.vocab_size for t in tokens)):
             _fail(f"step {i}: tokens must be {n} ids in [0, {config.vocab_size})")
         shapes = s["shapes"]
         if not isinstance(shapes, dict) or not set(shapes) <= set(recorded):

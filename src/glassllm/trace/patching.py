@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import autograd as ag
+from ..checks import check_int
 from ..autograd import Tensor
 from .interventions import Intervention
 from .labelled import Labelled
@@ -105,8 +106,7 @@ class _Sweep:
     """The clean values of one snapshot in every layer, and the runs that patch them into the corrupted prompt."""
 
     def __init__(self, model, clean, corrupt, name: str, metric, max_batch: int):
-        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
-            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        max_batch = check_int("max_batch", max_batch, low=1)
         self.model, self.max_batch = model, max_batch
         self.clean, self.corrupt = _check_pair(model, clean, corrupt)
         axes = model.snapshot_axes()

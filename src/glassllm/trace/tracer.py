@@ -22,7 +22,7 @@ import numpy as np
 from .. import autograd as ag
 from .. import kernels
 from ..autograd import Tensor
-from ..checks import ParameterError
+from ..checks import ParameterError, check_int
 from ..generate import prompt_ids
 from .interventions import Intervention
 from .record import Step, Trace
@@ -417,8 +417,7 @@ class LazyTrace(Trace):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
-        if isinstance(keep_bytes, bool) or not isinstance(keep_bytes, int) or keep_bytes < 0:
-            raise ValueError(f"keep_bytes must be an int >= 0, got {keep_bytes!r}")
+        keep_bytes = check_int("keep_bytes", keep_bytes, low=0)
         shared = {id(p.data): p.data for p in model.parameters()}
         self._model = copy.deepcopy(model, shared)          # its own modules (and tracer slot), the same weights
         self._interventions = list(interventions)

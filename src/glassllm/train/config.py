@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import ParameterError, ParameterTypeError
+from ..checks import ParameterError, ParameterTypeError, check_int
 from ..config import JsonConfig
 from ..limits import over_limit
 from ..data import REPEAT_TOKENS
@@ -71,11 +71,8 @@ class TrainConfig(JsonConfig):
                 "short_steps": 0, "short_seq_len": 1, "workers": 1,
                 "seed": 0, "eval_every": 0, "eval_windows": 0, "checkpoint_every": 0, "timeline_points": 0}
         for name, low in ints.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ParameterTypeError(name, f"must be an int, got {value!r}", owner="TrainConfig")
-            if value < low:
-                raise ParameterError(name, f"must be >= {low}, got {value}", owner="TrainConfig")
+            value = check_int(name, getattr(self, name), low=low, owner="TrainConfig")
+            object.__setattr__(self, name, value)                # a NumPy integer is kept as the int it is
             problem = name in _LIMITED and over_limit(value, _LIMITED[name])
             if problem:                                          # glassllm.limits
                 raise ParameterError(name, problem, owner="TrainConfig")
