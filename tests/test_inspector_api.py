@@ -348,7 +348,7 @@ BAD = [
     ("snapshot", {"prompt": PROMPT, "name": "attn.q", "layer": 0, "head": 0, "colour": "red"}, "unknown field"),
     ("snapshot", {"prompt": PROMPT, "layer": 0}, "missing field 'name'"),
     ("next", {"prompt": PROMPT, "intervention": {"kind": "explode", "layer": 0}}, "intervention.kind"),
-    ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 4, "head": 0}}, "layer 4"),
+    ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 4, "head": 0}}, "layer=4"),
     ("next", {"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 0}}, "needs a head"),
     ("next", {"prompt": PROMPT, "intervention": {"kind": "temperature", "layer": 0, "temperature": 0}},
      "temperature"),

@@ -79,7 +79,7 @@ def test_the_head_grid_holds_every_heads_weights_and_gradients(parts, client):
 
     for body, message in [({"prompt": PROMPT, "target": 3}, "only used with grad true"),
                           ({"prompt": PROMPT, "grad": True, "target": 5000}, "out of range"),
-                          ({"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 9, "head": 0}}, "layer 9"),
+                          ({"prompt": PROMPT, "intervention": {"kind": "ablate", "layer": 9, "head": 0}}, "layer=9"),
                           ({"prompt": PROMPT, "layer": 0}, "unknown field 'layer'")]:
         bad = post(client, "heads", body)
         assert bad.status_code == 400 and message in bad.json()["error"], (body, bad.text)

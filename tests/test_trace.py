@@ -495,7 +495,7 @@ def test_an_intervention_from_fields_ablates_and_edits_as_asked(tiny_model):
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(kind="ablate", layer=TINY.n_layers, head=0), f"layer {TINY.n_layers} is out of range"),
+    (dict(kind="ablate", layer=TINY.n_layers, head=0), f"layer={TINY.n_layers} is out of range"),
     (dict(kind="ablate", layer=0, head=-1), "head -1 must be an int >= 0"),
     (dict(kind="ablate", layer=0), "'ablate' needs a head"),
     (dict(kind="temperature", layer=0, temperature=0.0), "temperature 0.0 is out of range"),

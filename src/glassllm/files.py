@@ -13,7 +13,8 @@ or a process killed mid-save -- sees either the old file or the new one, never
 half. Every problem (a missing folder, a read-only disk, a full disk) is one
 ``ValueError`` line naming the path.
 
-This module imports nothing from glassllm: the model file
+This module imports nothing from glassllm but the ground floor's :mod:`glassllm.checks` and
+:mod:`glassllm.limits`: the model file
 (:mod:`glassllm.checkpoint`), the tokenizer, traces, runs and exports all build on it.
 """
 
@@ -34,7 +35,8 @@ import numpy as np
 
 __all__ = [
     "reading", "read_file", "open_file", "one_or_many", "is_path", "folder_texts", "text_files", "texts_and_files",
-    "atomic_path", "atomic_write", "make_folder", "refuse_to_replace", "read_head", "starts_like_safetensors",
+    "atomic_path", "atomic_write", "make_folder", "file_in_folder", "refuse_to_replace", "read_head",
+    "starts_like_safetensors",
     "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "write_safetensors", "read_tagged",
     "MAX_HEADER_BYTES", "safetensors_header", "check_header_entries",
 ]
@@ -183,6 +185,19 @@ def atomic_path(path):
         if isinstance(e, OSError):  # a full disk, a quota, a file size limit: one line, the target kept
             raise ValueError(f"cannot write {str(path)!r}: {_why(e, folder)}") from None
         raise
+
+
+def file_in_folder(folder, name: str, expected: str, missing: str, label: str = "") -> Path:
+    """``folder / name``, when ``folder`` is a folder that holds file ``name``; otherwise one ``ValueError``
+    line: ``"LABEL is not a folder; expected EXPECTED"`` (``label`` defaults to the folder's path, quoted),
+    or ``missing`` when the file is not there."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{label or repr(str(folder))} is not a folder; expected {expected}")
+    path = folder / name
+    if not path.is_file():
+        raise ValueError(missing)
+    return path
 
 
 def make_folder(path) -> Path:

@@ -89,17 +89,16 @@ def load_inspected(path, run=None):
     from pathlib import Path
 
     from .. import checkpoint
+    from ..files import file_in_folder
     from ..timeline import load_timeline, timeline_path_for
 
     if run is not None:
         if path is not None:
             raise ValueError("give --model FILE or --run DIR, not both (a run folder holds its model)")
         folder = Path(run)
-        if not folder.is_dir():
-            raise ValueError(f"--run {run!r} is not a folder; expected a training run's folder (glassllm train --out)")
-        path = folder / "model.safetensors"
-        if not path.is_file():
-            raise ValueError(f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint")
+        path = file_in_folder(folder, "model.safetensors", "a training run's folder (glassllm train --out)",
+                              f"--run {run!r} holds no model.safetensors yet; a run writes it at its first checkpoint",
+                              label=f"--run {run!r}")
         if not timeline_path_for(folder).is_file():
             raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
     model, tokenizer, meta = load_model_option(path)

@@ -78,6 +78,12 @@ def _match_mistake(out, ref, dtype, mistakes, on: str) -> None:
             raise Wrong(f"{message}\n  on: {on}")
 
 
+def _row_off(sums: np.ndarray, want: float, dtype, live=True) -> int | None:
+    """The first row (among the ``live`` ones) whose sum is not ``want`` to 10 rounding tolerances, or None."""
+    off = live & ~np.isclose(sums, want, rtol=0, atol=10 * _tol(dtype))
+    return int(np.argmax(off)) if off.any() else None
+
+
 def _first_difference(out, ref, dtype, name: str, on: str) -> None:
     """The first entry (in row order) where ``out`` and glassllm's ``ref`` differ."""
     bad = ~np.isclose(out, ref, rtol=_tol(dtype), atol=_tol(dtype))
@@ -135,10 +141,8 @@ def check_softmax(f) -> int:
             raise Wrong(f"x{list(where)} is -inf (forbidden) but has weight {_fmt(out[where])}; "
                         f"it must be exactly 0\n  on: {on}")
         sums = rows_out.sum(axis=-1)
-        live = ~np.all(np.isneginf(rows_in), axis=-1)
-        off = live & ~np.isclose(sums, 1.0, rtol=0, atol=10 * _tol(x.dtype))
-        if off.any():
-            r = int(np.argmax(off))
+        r = _row_off(sums, 1.0, x.dtype, live=~np.all(np.isneginf(rows_in), axis=-1))
+        if r is not None:
             raise Wrong(f"row {r} sums to {_fmt(sums[r])}, not 1: normalise each row over the last axis "
                         f"(the keys)\n  on: {on}")
         _first_difference(out, ref, x.dtype, "softmax", on)
@@ -440,9 +444,8 @@ def check_softmax_backward(f) -> int:
                              "the sum runs over the first axis; sum g * p over each row (the last axis)"))
         _match_mistake(out, ref, s.dtype, mistakes, on)
         sums = out.reshape(-1, s.shape[-1]).sum(axis=-1)                # (rows,)
-        off = ~np.isclose(sums, 0.0, atol=10 * _tol(s.dtype))
-        if off.any():
-            r = int(np.argmax(off))
+        r = _row_off(sums, 0.0, s.dtype)
+        if r is not None:
             raise Wrong(f"row {r} of your gradient sums to {_fmt(sums[r])}; every row must sum to 0 (adding a "
                         f"constant to a row of scores does not change the softmax)\n  on: {on}")
         _first_difference(out, ref, s.dtype, "softmax_backward", on)

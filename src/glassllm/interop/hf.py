@@ -78,7 +78,8 @@ import numpy as np
 from ..checkpoint import is_model_file, load_model, save_model
 from ..checks import is_int
 from ..config import ModelConfig
-from ..files import atomic_write, encode_safetensors, make_folder, read_file, read_safetensors, refuse_to_replace
+from ..files import (atomic_write, encode_safetensors, file_in_folder, make_folder, read_file, read_safetensors,
+                     refuse_to_replace)
 from ..limits import MAX_JSON_BYTES, check_count, expect, parse_json
 from ..nn import Transformer, model_dtype
 from ..tokenizers.hfjson import is_sentencepiece, tokenizer_from_hf, tokenizer_to_hf
@@ -86,7 +87,7 @@ from ..tokenizers.hfjson import unsupported as _bad
 from ..tokenizers.sentencepiece import SPTokenizer, load_sentencepiece_model
 
 __all__ = [
-    "interleaved_to_halves", "halves_to_interleaved", "hf_config", "config_from_hf",
+    "interleaved_to_halves", "halves_to_interleaved", "rotated_heads", "hf_config", "config_from_hf",
     "to_hf_state", "from_hf_state", "tokenizer_to_hf", "tokenizer_from_hf", "export_hf", "import_hf", "load_hf",
     "read_safetensors_dir",
 ]
@@ -253,16 +254,22 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
 # Weights
 # ----------------------------------------------------------------------------
 
+def rotated_heads(name: str, config: ModelConfig) -> int | None:
+    """The heads of weight ``name`` (ours) if RoPE rotates what it computes (``wq``: H, ``wk``: G), whose
+    rows Hugging Face keeps in split-halves order and glassllm in interleaved pairs; None for the others."""
+    if name.endswith("attention.wq.weight"):
+        return config.n_heads
+    if name.endswith("attention.wk.weight"):
+        return config.n_kv_heads
+    return None
+
+
 def to_hf_state(state: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:
     """Our state dict -> Hugging Face's: renamed, wq/wk rows in split-halves order."""
     out = {}
     for ours, theirs in hf_names(config.n_layers).items():
-        w = np.asarray(state[ours])
-        if ours.endswith("attention.wq.weight"):
-            w = interleaved_to_halves(w, config.n_heads)
-        elif ours.endswith("attention.wk.weight"):
-            w = interleaved_to_halves(w, config.n_kv_heads)
-        out[theirs] = np.ascontiguousarray(w)
+        w, heads = np.asarray(state[ours]), rotated_heads(ours, config)
+        out[theirs] = np.ascontiguousarray(w if heads is None else interleaved_to_halves(w, heads))
     return out
 
 
@@ -295,11 +302,8 @@ def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: boo
         w = tensors[theirs]
         if tuple(w.shape) != shapes[ours]:
             raise ValueError(f"{where}: tensor {theirs!r} has shape {tuple(w.shape)}, expected {shapes[ours]}")
-        if ours.endswith("attention.wq.weight"):
-            w = halves_to_interleaved(w, config.n_heads)
-        elif ours.endswith("attention.wk.weight"):
-            w = halves_to_interleaved(w, config.n_kv_heads)
-        state[ours] = np.ascontiguousarray(w)
+        heads = rotated_heads(ours, config)
+        state[ours] = np.ascontiguousarray(w if heads is None else halves_to_interleaved(w, heads))
     return state
 
 
@@ -456,11 +460,8 @@ def load_hf(folder, dtype=None):
     if dtype is not None:
         dtype = model_dtype(dtype)
     folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"{str(folder)!r} is not a folder; expected a Hugging Face Llama checkpoint folder")
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise ValueError(f"{str(folder)!r} is not a Llama checkpoint: it has no config.json")
+    config_path = file_in_folder(folder, "config.json", "a Hugging Face Llama checkpoint folder",
+                                 f"{str(folder)!r} is not a Llama checkpoint: it has no config.json")
     config, tied = config_from_hf(_read_json(config_path, "a Llama config", dict), str(config_path))
     tokenizer, perm, tok_path = folder_tokenizer(folder)
     if tokenizer.vocab_size != config.vocab_size:

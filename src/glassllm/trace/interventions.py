@@ -1,14 +1,18 @@
 """Interventions: change a snapshot during the forward, so that everything downstream sees it.
 
-An intervention is bound to the registry once (:meth:`Intervention.bind`
-validates its arguments and names the snapshots it edits) and then applied
+An intervention checks its arguments once, when it is made (types, emptiness,
+finite numbers: what holds for any model), and is bound to a model's registry
+(:meth:`Intervention.bind` checks only what depends on the model, such as a
+layer or head in range, and names the snapshots it edits) before it is applied
 inside :meth:`Tracer.record` at every forward. Ablation and temperature are
 written with autograd ops, so gradients still flow through the untouched
 parts; an :class:`Edit` or a whole-snapshot :class:`Patch` is a constant.
 
 :func:`from_fields` builds one of the four interventions the inspector's page
-offers (``ablate``, ``mask_off``, ``temperature``, ``edit``) from plain fields,
-and is the one check of those fields for a given model and prompt length.
+offers (``ablate``, ``mask_off``, ``temperature``, ``edit``) from plain fields:
+it checks what only the page's fields have (which fields a kind takes, the page's
+ranges, an edit's cell) and leaves the rest to the classes' own checks, binding
+the intervention to the model as a tracer will.
 """
 
 from __future__ import annotations
@@ -32,17 +36,32 @@ def _constant(data: np.ndarray, like: Tensor) -> Tensor:
     return Tensor(data, requires_grad=bool(ag.is_grad_enabled() and like.requires_grad))
 
 
-def _indices(values, size: int, what: str = "layer") -> list[int]:
-    """None (every one), an int, or a non-empty list of ints in [0, size), as a list."""
-    if values is None:
-        return list(range(size))
-    if is_int(values):
-        values = [values]
+def _index(value, what: str):
+    """``value`` if it is an int (a layer or head number, checked against a model by ``bind``)."""
+    if not is_int(value):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    return value
+
+
+def _index_list(values, what: str = "layer"):
+    """``values`` if it is None (every one), an int, or a non-empty list of ints; the model decides
+    later (:func:`_indices`) which are in range."""
+    if values is None or is_int(values):
+        return values
     if not isinstance(values, (list, tuple, range, np.ndarray)):
         raise TypeError(f"{what}s must be an int, a list of ints or None, got {values!r}")
     if len(values) == 0:
         raise ValueError(f"{what}s is empty: give at least one {what}, or None for all")
-    out = [check_index(i, what, size) for i in values]
+    for i in values:
+        _index(i, what)
+    return values
+
+
+def _indices(values, size: int, what: str = "layer") -> list[int]:
+    """``values`` (checked by :func:`_index_list`) as a list of indices in [0, size), each once."""
+    if values is None:
+        return list(range(size))
+    out = [check_index(i, what, size) for i in ([values] if is_int(values) else values)]
     twice = next((i for k, i in enumerate(out) if i in out[:k]), None)
     if twice is not None:
         raise ValueError(f"{what}s lists {what} {twice} twice: give each {what} once")
@@ -244,7 +263,7 @@ class ZeroAblate(Intervention):
     """Zero head ``head`` of layer ``layer``: its slice of ``attn.mix`` (the per-head output before W_O)."""
 
     def __init__(self, layer: int, head: int):
-        self.layer, self.head = layer, head
+        self.layer, self.head = _index(layer, "layer"), _index(head, "head")
 
     def bind(self, axes, config):
         self._head = check_index(self.head, "head", config.n_heads)
@@ -269,7 +288,7 @@ class MeanAblate(Intervention):
     """
 
     def __init__(self, layer: int, head: int, mean):
-        self.layer, self.head, self.mean = layer, head, mean
+        self.layer, self.head, self.mean = _index(layer, "layer"), _index(head, "head"), mean
 
     def bind(self, axes, config):
         layer = check_index(self.layer, "layer", config.n_layers)
@@ -415,7 +434,7 @@ class MaskOff(Intervention):
     """
 
     def __init__(self, layers=None):
-        self.layers = layers
+        self.layers = _index_list(layers)
 
     def bind(self, axes, config):
         return [f"layers.{i}.attn.mask" for i in _indices(self.layers, config.n_layers)]
@@ -439,7 +458,8 @@ class Temperature(Intervention):
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating, np.integer)) \
                 or not math.isfinite(temperature) or temperature <= 0:
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-        self.temperature, self.layers, self.heads = float(temperature), layers, heads
+        self.temperature = float(temperature)
+        self.layers, self.heads = _index_list(layers), _index_list(heads, "head")
 
     def bind(self, axes, config):
         self._heads = None if self.heads is None else _indices(self.heads, config.n_heads, "head")
@@ -481,7 +501,9 @@ def from_fields(kind: str, layer: int, head: int | None = None, temperature: flo
     head), ``edit`` (:class:`Edit` setting cell ``row``, ``col`` of snapshot ``layers.{layer}.{name}``,
     head ``head`` when it has a head axis, to ``value`` in [-1e6, 1e6]). ``axes``: the model's
     registry (:func:`~glassllm.trace.registry`). A field the kind does not take, or a value out of
-    range, raises :class:`~glassllm.checks.ParameterError` with one line naming it.
+    range, raises :class:`~glassllm.checks.ParameterError` with one line naming it. The page's
+    fields are numbers >= 0; the layer and the head are checked against the model by the
+    intervention's own :meth:`~Intervention.bind`, as a tracer checks them.
 
     >>> from glassllm.nn import Transformer
     >>> from glassllm.trace import registry
@@ -491,21 +513,19 @@ def from_fields(kind: str, layer: int, head: int | None = None, temperature: flo
     >>> from_fields("ablate", 1, axes=registry(model), config=model.config, n=3)
     Traceback (most recent call last):
     glassllm.checks.ParameterError: intervention 'ablate' needs a head
+    >>> from_fields("ablate", 9, head=0, axes=registry(model), config=model.config, n=3)
+    Traceback (most recent call last):
+    glassllm.checks.ParameterError: intervention layer=9 is out of range: expected 0..3 (or -4..-1 from the end)
     """
-    L, H = config.n_layers, config.n_heads
     if kind not in KINDS:
         _refuse(f"kind {shown(kind)} is unknown; expected one of {', '.join(map(repr, KINDS))}")
-    if not is_int(layer) or not 0 <= layer < L:
-        _refuse(f"layer {shown(layer)} is out of range: this model has layers 0..{L - 1}")
-    for field, given in (("head", head), ("row", row), ("col", col)):
+    for field, given in (("layer", layer), ("head", head), ("row", row), ("col", col)):
         if given is not None and (not is_int(given) or given < 0):
             _refuse(f"{field} {shown(given)} must be an int >= 0")
     if kind != "edit" and any(v is not None for v in (name, row, col, value)):
         _refuse(f"{kind!r} takes no name, row, col or value (those are for 'edit')")
     if kind == "edit":
         return _edit(layer, head, temperature, name, row, col, value, axes, config, n)
-    if head is not None and head >= H:
-        _refuse(f"head {head} is out of range: attention has heads 0..{H - 1}")
     if kind == "ablate" and head is None:
         _refuse("'ablate' needs a head")
     if kind == "temperature" and temperature is None:
@@ -519,10 +539,21 @@ def from_fields(kind: str, layer: int, head: int | None = None, temperature: flo
     if kind == "mask_off" and head is not None:
         _refuse("'mask_off' switches the mask off for the whole layer; send head null")
     if kind == "ablate":
-        return ZeroAblate(layer, head)
-    if kind == "mask_off":
-        return MaskOff(layers=[layer])
-    return Temperature(temperature, layers=[layer], heads=head)
+        made = ZeroAblate(layer, head)
+    elif kind == "mask_off":
+        made = MaskOff(layers=[layer])
+    else:
+        made = Temperature(temperature, layers=[layer], heads=head)
+    _in_model(made.bind, axes, config)
+    return made
+
+
+def _in_model(check, *args):
+    """``check(*args)``, a check against the model, with its refusal as the intervention's one line."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        _refuse(str(e))
 
 
 def _edit(layer, head, temperature, name, row, col, value, axes, config, n) -> Edit:
@@ -532,6 +563,7 @@ def _edit(layer, head, temperature, name, row, col, value, axes, config, n) -> E
         _refuse(f"'edit' needs {', '.join(missing)}")
     if temperature is not None:
         _refuse(f"'edit' takes no temperature; got {temperature}")
+    _in_model(check_index, layer, "layer", config.n_layers)
     full = f"layers.{layer}.{name}"
     if full not in axes:
         inside = sorted({k.split(".", 2)[2] for k in axes if k.startswith("layers.0.")})
