@@ -93,8 +93,10 @@ def _finite(name: str, what: str, values: np.ndarray, dtype) -> np.ndarray:
 class Intervention:
     """Changes snapshots during the forward; the model goes on with the new value.
 
-    Subclasses implement ``bind(axes, config) -> list of full names`` (called
-    once by the :class:`Tracer`, validating every argument) and ``apply(name,
+    Subclasses check their arguments in ``__init__`` (what holds for any model)
+    and implement ``bind(axes, config) -> list of full names`` (called once by
+    the :class:`Tracer`, checking what depends on the model: a layer or head in
+    range, a vector of the model's width) and ``apply(name,
     t, step) -> Tensor`` (same shape; the batch axis is still there). ``bind``
     keeps what it resolves (``None`` = every layer, a :class:`Trace` reduced
     to a mean, ...) apart from the arguments the user gave, so one
@@ -520,7 +522,7 @@ def from_fields(kind: str, layer: int, head: int | None = None, temperature: flo
     if kind not in KINDS:
         _refuse(f"kind {shown(kind)} is unknown; expected one of {', '.join(map(repr, KINDS))}")
     for field, given in (("layer", layer), ("head", head), ("row", row), ("col", col)):
-        if given is not None and (not is_int(given) or given < 0):
+        if (given is not None or field == "layer") and (not is_int(given) or given < 0):
             _refuse(f"{field} {shown(given)} must be an int >= 0")
     if kind != "edit" and any(v is not None for v in (name, row, col, value)):
         _refuse(f"{kind!r} takes no name, row, col or value (those are for 'edit')")
