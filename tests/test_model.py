@@ -386,6 +386,19 @@ def test_bad_config(kwargs, error, match):
     _one_line(info)
 
 
+def test_a_config_takes_numpy_integers_as_the_ints_they_are():
+    from glassllm.train import TrainConfig
+
+    given = ModelConfig(**{k: np.int64(v) for k, v in TINY.to_dict().items() if isinstance(v, int)},
+                        norm_eps=TINY.norm_eps, rope_theta=TINY.rope_theta)
+    assert given == TINY and all(type(getattr(given, k)) is int for k in ("dim", "n_layers", "vocab_size"))
+    assert ModelConfig.from_json(given.to_json()) == TINY                 # plain ints all the way to JSON
+    run = TrainConfig(steps=np.int32(7), batch_size=np.uint8(2))
+    assert (run.steps, run.batch_size) == (7, 2) and type(run.steps) is int and type(run.batch_size) is int
+    with pytest.raises(TypeError, match=r"^ModelConfig.n_layers must be an int >= 1, got True$"):
+        ModelConfig(n_layers=True)
+
+
 def test_bad_config_dict_and_model_arguments(make_model):
     with pytest.raises(ValueError, match=r"unknown model config key\(s\) \['heads'\]"):
         ModelConfig.from_dict({"heads": 4})

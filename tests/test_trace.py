@@ -914,6 +914,29 @@ def test_arguments_a_user_can_get_wrong_are_named(tiny_model, call, error, match
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: ZeroAblate(0, 1.5), TypeError, "head must be an int, got 1.5"),
+    (lambda: ZeroAblate("0", 1), TypeError, "layer must be an int, got '0'"),
+    (lambda: MeanAblate(True, 0, np.zeros(TINY.head_dim)), TypeError, "layer must be an int, got True"),
+    (lambda: MaskOff([0, 1.0]), TypeError, "layer must be an int, got 1.0"),
+    (lambda: MaskOff([]), ValueError, "layers is empty"),
+    (lambda: Temperature(2.0, heads="all"), TypeError, "heads must be an int, a list of ints or None, got 'all'"),
+    (lambda: Temperature(0.0), ValueError, "temperature must be a finite number > 0, got 0.0"),
+])
+def test_an_intervention_checks_what_holds_for_any_model_when_it_is_made(make, error, match):
+    with pytest.raises(error, match=match) as info:                   # no model, no tracer: the constructor
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_an_intervention_checks_its_layers_and_heads_against_the_model_it_is_bound_to():
+    big, small = ModelConfig(n_layers=4, n_heads=4, n_kv_heads=2, dim=32, ffn_dim=64, vocab_size=64), TINY
+    ablate = ZeroAblate(3, -1)                                         # fine for any model with 4 layers
+    assert ablate.bind(tr.registry(big), big) == ["layers.3.attn.mix"]
+    with pytest.raises(ValueError, match=rf"layer=3 is out of range: expected 0..{small.n_layers - 1}"):
+        ablate.bind(tr.registry(small), small)
+
+
 def test_snapshot_shape_takes_a_model_or_its_config(tiny_model):
     assert tr.snapshot_shape("layers.1.attn.scores", tiny_model, 3, 5) == \
         tr.snapshot_shape("layers.1.attn.scores", TINY, 3, 5) == (TINY.n_heads, 3, 5)
