@@ -130,8 +130,8 @@ def _status_kb(field: str) -> int:
 
 def _phase(argv: list[str], timeout: float = 3600) -> dict:
     run = subprocess.run([sys.executable, "-m", "bench.bench_scale", "--phase", *argv], capture_output=True,
-                         text=True, timeout=timeout, cwd=HERE.parent, env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                                               "MKL_NUM_THREADS": "1"})
+                         text=True, timeout=timeout, cwd=HERE.parent,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     if run.returncode != 0:
         raise RuntimeError(f"phase {argv[0]} failed: {run.stderr.strip().splitlines()[-1:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -328,7 +328,7 @@ def test_import_random_llama_of_another_shape(tmp_path, tok500):
         np.testing.assert_array_equal(exported[key], value, err_msg=key)
 
 
-def test_a_tied_head_is_imported_tied_and_equals_transformers_in_logits_and_gradients(tmp_path, tok500):
+def test_a_tied_head_is_imported_tied_and_equals_transformers_in_logits_and_gradients(tmp_path, tok500, capsys):
     """tie_word_embeddings: the model file holds the embedding once (no output.weight), the model uses one
     parameter twice, and its gradient is the sum of both uses: transformers' gradient of its tied matrix."""
     torch = pytest.importorskip("torch")
@@ -337,6 +337,7 @@ def test_a_tied_head_is_imported_tied_and_equals_transformers_in_logits_and_grad
     folder = _save_hf(theirs, tok500, tmp_path / "hf")
     out = tmp_path / "m.safetensors"
     assert cli.main(["import", str(folder), str(out)]) == 0
+    assert "output head tied to the embedding (stored once)" in capsys.readouterr().out
     header, meta = checkpoint.read_header(out)
     assert "output.weight" not in header and "tok_embeddings.weight" in header
     assert json.loads(meta["config"])["tie_embeddings"] is True

@@ -27,8 +27,8 @@ tokenizer that is neither byte-level BPE nor SentencePiece BPE (in
 :mod:`glassllm.tokenizers.sentencepiece`), a vocabulary that does not match the embedding.
 A checkpoint with a tied output head (``tie_word_embeddings: true``) is imported tied
 (``ModelConfig.tie_embeddings``): the model file holds the embedding once and no
-``output.weight``; an ``lm_head.weight`` stored beside it must equal the embedding. Pickled ``.bin`` checkpoints are refused:
-loading never unpickles anything.
+``output.weight``; an ``lm_head.weight`` stored beside it must equal the embedding.
+Pickled ``.bin`` checkpoints are refused: loading never unpickles anything.
 
 Names, key for key (``{i}`` is the layer):
 
@@ -477,7 +477,7 @@ def load_hf(folder, dtype=None):
     config.check_tables(total, str(folder))
     state = from_hf_state(read_safetensors_dir(folder), config, str(folder))
     if not np.array_equal(perm, np.arange(len(perm))):
-        for key in [k for k in ("tok_embeddings.weight", "output.weight") if k in state]:  # (none when tied)
+        for key in [k for k in ("tok_embeddings.weight", "output.weight") if k in state]:  # (a tied head: one)
             state[key] = np.ascontiguousarray(state[key][perm])                  # (V, C), our id order
     for key, w in state.items():
         if not np.all(np.isfinite(w)):
