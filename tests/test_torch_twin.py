@@ -123,6 +123,33 @@ def test_a_tied_twin_holds_one_matrix_and_its_gradient_is_glassllms():
     np.testing.assert_array_equal(back.tok_embeddings.weight.data, glass.tok_embeddings.weight.data)
 
 
+def test_a_tied_head_takes_pytorchs_adamw_steps():
+    """The optimiser holds the tied matrix once: three AdamW steps of glassllm equal torch.optim.AdamW's."""
+    from glassllm.optim import AdamW
+
+    config = ModelConfig(**{**CONFIG.to_dict(), "tie_embeddings": True})
+    glass = _scaled_glass(config, seed=8)
+    twin = from_glassllm(glass)
+    opt = AdamW(glass.named_parameters(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    assert "output.weight" not in opt.params and "tok_embeddings.weight" in opt.params
+    topt = torch.optim.AdamW([{"params": [p for p in twin.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+                              {"params": [p for p in twin.parameters() if p.ndim < 2], "weight_decay": 0.0}],
+                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        tokens, targets = (rng.integers(0, config.vocab_size, size=(2, 24)) for _ in range(2))
+        opt.zero_grad()
+        glass.loss(tokens, targets).backward()
+        opt.step()
+        topt.zero_grad()
+        twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets)).backward()
+        topt.step()
+    assert glass.output.weight is glass.tok_embeddings.weight and twin.output.weight is twin.tok_embeddings.weight
+    for name, p in twin.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), dict(glass.named_parameters())[name].data, rtol=1e-9,
+                                   atol=1e-10, err_msg=name)
+
+
 def test_float32_twin_matches_float32_glassllm():
     glass = _scaled_glass(CONFIG, seed=3, dtype=np.float32)
     twin = from_glassllm(glass)
