@@ -106,6 +106,13 @@ def _byte_of(c: str) -> int:
     return {v: k for k, v in _bytes_to_unicode().items()}[c]
 
 
+def _tensor_names(path: Path) -> set[str]:
+    """The tensor names in a safetensors file's header."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return set(json.loads(f.read(n))) - {"__metadata__"}
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
@@ -122,9 +129,9 @@ def _status_kb(field: str) -> int:
 
 
 def _phase(argv: list[str], timeout: float = 3600) -> dict:
-    run = subprocess.run([sys.executable, __file__, "--phase", *argv], capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                                               "MKL_NUM_THREADS": "1"})
+    run = subprocess.run([sys.executable, "-m", "bench.bench_scale", "--phase", *argv], capture_output=True,
+                         text=True, timeout=timeout, cwd=HERE.parent,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     if run.returncode != 0:
         raise RuntimeError(f"phase {argv[0]} failed: {run.stderr.strip().splitlines()[-1:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -395,6 +402,7 @@ def run_shape(shape: str, work: Path, repeats: int, tl: bool, resume: bool = Fal
         return statistics.median(r[key] for r in runs)
     result = {
         "shape": SHAPES[shape], "folder_bytes": src_bytes, "file_bytes": file_bytes,
+        "file_tied": "output.weight" not in _tensor_names(out_file),
         "import": {"s": med(imports, "s"), "peak_gb": med(imports, "peak_kb") * 1024 / 1e9,
                    "rss_x_folder": med(imports, "peak_kb") * 1024 / src_bytes,
                    "rss_x_file": med(imports, "peak_kb") * 1024 / file_bytes},
@@ -464,6 +472,9 @@ def markdown(results: dict, env: dict) -> str:
     lines = ["Seconds of wall time, median, with this process's CPU time in brackets; peak RSS as measured.", "",
              "| shape | what | glassllm | transformers | TransformerLens | glassllm lazy |", "|---|---|---|---|---|---|"]
     for shape, r in results.items():
+        tied = " (head tied: stored once)" if r.get("file_tied") else ""
+        lines.append(f"| {shape} | model file; Hugging Face folder (MB) | {r['file_bytes'] / 1e6:.1f}{tied} "
+                     f"| {r['folder_bytes'] / 1e6:.1f} | | |")
         lines.append(f"| {shape} | load (s; peak RSS / file) | {r['load']['s']:.2f}; {r['load']['rss_x_file']:.2f}x "
                      f"| {r['transformers_load']['s']:.2f}; {r['transformers_load']['peak_gb']:.2f} GB | | |")
         lines.append(f"| {shape} | import (s; peak RSS / file) | {r['import']['s']:.1f}; "
@@ -499,6 +510,19 @@ def markdown(results: dict, env: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _merged(out: Path, measured: dict, entries: list[str], command: str) -> tuple[dict, str, dict]:
+    """The report at ``out`` with ``entries`` of each measured shape replaced: (results, command, environment)."""
+    old = json.loads(out.read_text(encoding="utf-8"))
+    results = old["results"]
+    for shape, r in measured.items():
+        unknown = [e for e in entries if e not in r]
+        if unknown:
+            raise SystemExit(f"--update: no entry {unknown[0]!r}; expected some of {', '.join(r)}")
+        results.setdefault(shape, r).update({e: r[e] for e in entries})
+    return results, f"{old['command']}; {', '.join(entries)} of {', '.join(measured)} again: {command}", \
+        old["environment"]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--phase":
@@ -520,6 +544,10 @@ def main(argv=None) -> int:
     parser.add_argument("--resume", action="store_true", help="with --work: reuse the phases already measured there")
     parser.add_argument("--out", default=str(HERE / "results" / "scale.json"))
     parser.add_argument("--markdown", default=None, help="also write the table here")
+    parser.add_argument("--update", default=None, metavar="ENTRIES",
+                        help="comma-separated entries of each measured shape (e.g. file_bytes,import,load) to put "
+                             "into the existing --out report, keeping the rest of it; its tables are made again "
+                             "from the merged results")
     args = parser.parse_args(argv)
     shapes = args.shapes.split(",")
     bad = [s for s in shapes if s not in SHAPES]
@@ -532,13 +560,17 @@ def main(argv=None) -> int:
     with (tempfile.TemporaryDirectory() if args.work is None else contextlib.nullcontext(args.work)) as tmp:
         Path(tmp).mkdir(parents=True, exist_ok=True)
         for shape in shapes:
-            results[shape] = run_shape(shape, Path(tmp), args.repeats, not args.no_tl, args.resume,
+            results[shape] = run_shape(shape, Path(tmp).resolve(), args.repeats, not args.no_tl, args.resume,
                                        not args.no_export)
     env = environment(load_before)
     table = markdown(results, env)
     from datetime import datetime, timezone
 
-    report = {"command": "python -m bench.bench_scale " + " ".join(argv), "environment": env,
+    command = "python -m bench.bench_scale " + " ".join(argv)
+    if args.update:
+        results, command, env = _merged(Path(args.out), results, args.update.split(","), command)
+        table = markdown(results, env)
+    report = {"command": command, "environment": env,
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "threads": 1, "results": results, "targets": targets_table(results), "markdown": table}
     write_report(args.out, report)

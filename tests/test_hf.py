@@ -10,6 +10,7 @@ need neither.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -327,15 +328,91 @@ def test_import_random_llama_of_another_shape(tmp_path, tok500):
         np.testing.assert_array_equal(exported[key], value, err_msg=key)
 
 
-def test_import_tied_embeddings_copies_the_head(tmp_path, tok500):
+def test_a_tied_head_is_imported_tied_and_equals_transformers_in_logits_and_gradients(tmp_path, tok500, capsys):
+    """tie_word_embeddings: the model file holds the embedding once (no output.weight), the model uses one
+    parameter twice, and its gradient is the sum of both uses: transformers' gradient of its tied matrix."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     theirs = _random_llama(torch, transformers, tied=True, seed=1)
     folder = _save_hf(theirs, tok500, tmp_path / "hf")
-    model, _, _ = hf.import_hf(folder, tmp_path / "m.safetensors")
-    np.testing.assert_array_equal(model.output.weight.data, model.tok_embeddings.weight.data)
-    ids = tok500.encode(generated_stories(1, seed=3)[0])[:64]
-    np.testing.assert_allclose(our_logits(model, ids), hf_logits(theirs, ids), rtol=0, atol=2e-4)
+    out = tmp_path / "m.safetensors"
+    assert cli.main(["import", str(folder), str(out)]) == 0
+    assert "output head tied to the embedding (stored once)" in capsys.readouterr().out
+    header, meta = checkpoint.read_header(out)
+    assert "output.weight" not in header and "tok_embeddings.weight" in header
+    assert json.loads(meta["config"])["tie_embeddings"] is True
+    untied = sum(np.prod(s) for s in ModelConfig(**{**json.loads(meta["config"]), "tie_embeddings": False})
+                 .param_shapes().values())
+    assert sum(np.prod(i["shape"]) for i in header.values()) == untied - 500 * 96    # the embedding, once
+
+    model, _, _ = checkpoint.load_model(out, dtype=np.float64)
+    assert model.config.tie_embeddings and model.output.weight is model.tok_embeddings.weight
+    assert "output.weight" not in model.state_dict()
+    assert model.num_params() == model.config.n_params == sum(p.numel() for p in theirs.parameters())
+    ids = tok500.encode(generated_stories(2, seed=3)[0])[:65]
+    theirs = theirs.double()          # (its RoPE angles stay float32, transformers' choice: 1e-6 apart)
+    ref_logits = hf_logits(theirs, ids)
+    np.testing.assert_allclose(our_logits(model, ids), ref_logits, rtol=0, atol=1e-5 * np.abs(ref_logits).max())
+
+    # Gradients of the mean next-token loss, parameter for parameter (our names mapped to theirs).
+    loss = model.loss(np.array([ids[:-1]]), np.array([ids[1:]]))
+    loss.backward()
+    ref = torch.nn.functional.cross_entropy(theirs(torch.tensor([ids[:-1]])).logits[0], torch.tensor(ids[1:]))
+    ref.backward()
+    np.testing.assert_allclose(loss.data, ref.item(), rtol=1e-6)
+    ours = hf.to_hf_state({name: p.grad for name, p in model.named_parameters()}, model.config)
+    their_grads = {name: p.grad.numpy() for name, p in theirs.named_parameters()}
+    assert set(ours) == set(their_grads) and "lm_head.weight" not in ours
+    for name, g in their_grads.items():
+        np.testing.assert_allclose(ours[name], g, rtol=0, atol=1e-5 * np.abs(g).max(), err_msg=name)
+    # The shared matrix's gradient is the sum of its two uses: untie a copy and add its two gradients.
+    untied = copy.deepcopy(theirs)
+    untied.lm_head.weight = torch.nn.Parameter(untied.model.embed_tokens.weight.detach().clone())
+    untied.zero_grad()
+    torch.nn.functional.cross_entropy(untied(torch.tensor([ids[:-1]])).logits[0], torch.tensor(ids[1:])).backward()
+    as_input, as_head = untied.model.embed_tokens.weight.grad.numpy(), untied.lm_head.weight.grad.numpy()
+    assert np.abs(as_input).max() > 0 and np.abs(as_head).max() > 0
+    np.testing.assert_allclose(their_grads["model.embed_tokens.weight"], as_input + as_head, rtol=0, atol=1e-14)
+
+
+def test_a_tied_model_exports_tied_and_comes_back_the_same(tmp_path, tok500):
+    """Export writes tie_word_embeddings true and no lm_head; transformers loads it to the same logits,
+    and importing it again gives the same model file tensors."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    theirs = _random_llama(torch, transformers, tied=True, seed=2)
+    folder = _save_hf(theirs, tok500, tmp_path / "hf")
+    first = tmp_path / "first.safetensors"
+    hf.import_hf(folder, first)
+    back = tmp_path / "back"
+    assert cli.main(["export", str(first), "--format", "hf", str(back)]) == 0
+    assert json.loads((back / "config.json").read_text())["tie_word_embeddings"] is True
+    exported = hf.read_safetensors_dir(back)
+    assert "lm_head.weight" not in exported
+    original = {k: v.numpy() for k, v in theirs.state_dict().items() if k != "lm_head.weight"}
+    assert set(exported) == set(original)
+    for key, value in original.items():
+        np.testing.assert_array_equal(exported[key], value, err_msg=key)
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(back).eval()
+    assert reloaded.lm_head.weight is reloaded.model.embed_tokens.weight
+    ids = tok500.encode(generated_stories(1, seed=5)[0])[:48]
+    np.testing.assert_array_equal(hf_logits(reloaded, ids), hf_logits(theirs, ids))
+    second = tmp_path / "second.safetensors"
+    hf.import_hf(back, second)
+    a, b = checkpoint.load_model(first)[0].state_dict(), checkpoint.load_model(second)[0].state_dict()
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_tied_checkpoint_whose_lm_head_differs_is_refused(tmp_path, tok500):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    theirs = _random_llama(torch, transformers, seed=6)                 # untied: lm_head differs
+    folder = _save_hf(theirs, tok500, tmp_path / "hf")
+    doc = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**doc, "tie_word_embeddings": True}))
+    with pytest.raises(ValueError, match="tie_word_embeddings.*lm_head.weight equal to"):
+        hf.import_hf(folder, tmp_path / "m.safetensors")
+    assert not (tmp_path / "m.safetensors").exists()
 
 
 def test_import_reads_bfloat16_weights(tmp_path, tok500):

@@ -22,6 +22,7 @@ model's loss and gradients.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -43,8 +44,9 @@ TOL = {np.float64: 1e-12, np.float32: 1e-5}
 DTYPES = [np.float64, np.float32]
 
 
-def model_of(dtype, seed=0) -> Transformer:
-    model = Transformer(CONFIG, seed=seed, dtype=np.float64)
+def model_of(dtype, seed=0, tied=False) -> Transformer:
+    config = dataclasses.replace(CONFIG, tie_embeddings=True) if tied else CONFIG
+    model = Transformer(config, seed=seed, dtype=np.float64)
     return randomize(model, np.random.default_rng(seed + 1)).astype(dtype)
 
 
@@ -232,6 +234,8 @@ ROWS: dict[str, list[Callable]] = {
     "fast_decode": [
         lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (2, 9)), pad=[0, 3], steps=4),
         lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (1, 5)), pad=None, steps=3),
+        lambda dt, rng: DecodeCase(model_of(dt, tied=True), rng.integers(0, CONFIG.vocab_size, (2, 6)), pad=[2, 0],
+                                   steps=3),                                            # a tied head
     ],
     # The array operations of glassllm.ops against the plain formulas.
     "attention": [attention_op_case, lambda dt, rng: attention_op_case(dt, rng, B=3, pad=[0, 2, 8])],  # a dead row

@@ -7,6 +7,8 @@ multi-head attention), with and without an intervention, and after the kept bloc
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -23,10 +25,12 @@ def _close(a, b, what):
     np.testing.assert_array_equal(a, b, err_msg=what)
 
 
-@pytest.mark.parametrize("name", ["gqa3", "mqa", "mha"])
+@pytest.mark.parametrize("name", ["gqa3", "mqa", "mha", "gqa3 tied"])
 @pytest.mark.parametrize("interventions", [(), (ZeroAblate(1, 0),), (MaskOff(layers=[0]),)])
 def test_every_snapshot_and_gradient_equals_a_full_trace(name, interventions):
-    config = CONFIGS[name]
+    config = CONFIGS[name.split()[0]]
+    if name.endswith("tied"):                                           # the head is the embedding matrix
+        config = dataclasses.replace(config, tie_embeddings=True)
     model = randomize(Transformer(config, seed=1, dtype=np.float64), np.random.default_rng(2))
     rng = np.random.default_rng(3)
     n = 11

@@ -13,7 +13,7 @@ import pytest
 
 from glassllm import cli
 from glassllm.autograd import no_grad
-from glassllm.checkpoint import load_model
+from glassllm.checkpoint import load_model, read_header
 from glassllm.generate import generate
 from glassllm.importer import import_model
 from glassllm.sptokenizer import SPTokenizer
@@ -135,12 +135,25 @@ def test_llama2c(llama, tmp_path, version):
     _export_matches(out, tmp_path, hf_tensors(root / "hf"))
 
 
-def test_llama2c_tied_head(llama, tmp_path):
+@pytest.mark.parametrize("source", ["llama2c-0", "llama2c-1", "gguf", "hf"])
+def test_a_tied_head_is_written_tied(llama, tmp_path, source):
+    """A shared classifier (llama2.c), a GGUF without output.weight, tie_word_embeddings (HF): the model
+    file holds the embedding once, no output.weight, and computes what transformers computes."""
     root, sp_model, _ = llama
     tied = random_llama(tmp_path / "tied", sp_model, L=1, C=16, H=2, G=1, F=32, ctx=64, seed=3, tied=True)
-    model_path, _ = write_llama2c(tmp_path / "tied", sp_model, tmp_path / "model.bin", 0)
-    assert struct.unpack("7i", model_path.read_bytes()[:28])[5] == 512          # positive: shared classifier
-    _check_against_transformers(model_path, tied, tmp_path)
+    if source.startswith("llama2c"):
+        path, _ = write_llama2c(tmp_path / "tied", sp_model, tmp_path / "model.bin", int(source[-1]))
+        if source == "llama2c-0":
+            assert struct.unpack("7i", path.read_bytes()[:28])[5] == 512        # positive: shared classifier
+    elif source == "gguf":
+        need("gguf")
+        path = write_gguf(tmp_path / "tied", sp_model, tmp_path / "m.gguf", "F32")
+    else:
+        path = tmp_path / "tied"
+    model, _, out = _check_against_transformers(path, tied, tmp_path)
+    header, meta = read_header(out)
+    assert "output.weight" not in header and json.loads(meta["config"])["tie_embeddings"] is True
+    assert model.output.weight is model.tok_embeddings.weight
 
 
 def test_eval_reports_bits_per_byte(llama, tmp_path, capsys):

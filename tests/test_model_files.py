@@ -72,6 +72,73 @@ def test_tied_arrays_are_not_shared_by_two_parameters():
     assert not np.array_equal(model.output.weight.data, model.tok_embeddings.weight.data)
 
 
+TIED = ModelConfig(**{**SMALL.to_dict(), "tie_embeddings": True})
+
+
+def test_a_tied_model_is_written_and_read_back_tied(tmp_path):
+    """A tied head is stored once: no output.weight in the file, and the loaded head is the embedding."""
+    model = Transformer(TIED, seed=3)
+    assert model.output.weight is model.tok_embeddings.weight
+    assert sorted(model.state_dict()) == sorted(TIED.param_shapes())
+    assert model.num_params() == TIED.n_params == SMALL.n_params - SMALL.vocab_size * SMALL.dim
+    path = tmp_path / "tied.safetensors"
+    save_model(path, model, TOKENIZER)
+    untied = tmp_path / "untied.safetensors"
+    save_model(untied, Transformer(SMALL, seed=3), TOKENIZER)
+    assert path.stat().st_size < untied.stat().st_size - SMALL.vocab_size * SMALL.dim * 4 + 1
+    stored = read_safetensors(path)
+    assert "output.weight" not in stored and "tok_embeddings.weight" in stored
+    for mmap in (True, False):
+        loaded, _, meta = load_model(path, mmap=mmap)
+        assert json.loads(meta["config"])["tie_embeddings"] is True and loaded.config == TIED
+        assert loaded.output.weight is loaded.tok_embeddings.weight
+        ids = np.array([[1, 5, 9, 200]])
+        assert np.array_equal(loaded(ids).data, model(ids).data)
+
+
+def test_an_untied_file_reads_as_before_and_is_written_byte_for_byte_as_before(tmp_path):
+    """Files without the field (every file written before it) load untied; writing an untied model
+    again gives the same bytes: the bundled model, loaded and saved, is the file it came from."""
+    from glassllm.checkpoint import bundled_model_path, read_header
+
+    path = bundled_model_path()
+    header, meta = read_header(path)
+    assert "tie_embeddings" not in json.loads(meta["config"]) and "output.weight" in header
+    model, tok, meta = load_model(path)
+    assert model.config.tie_embeddings is False and model.output.weight is not model.tok_embeddings.weight
+    again = tmp_path / "again.safetensors"
+    save_model(again, model, tok, {k: v for k, v in meta.items() if k not in ("format", "version", "config",
+                                                                             "tokenizer")})
+    assert again.read_bytes() == path.read_bytes()
+
+
+def _with_config(path, out, edit, drop=()):
+    """The model file ``path`` written to ``out`` with its config edited and tensors ``drop`` left out."""
+    from glassllm.checkpoint import read_header
+
+    _, meta = read_header(path)
+    state = {k: v for k, v in read_safetensors(path).items() if k not in drop}
+    write_safetensors(out, state, {**meta, "config": json.dumps({**json.loads(meta["config"]), **edit})})
+    return out
+
+
+@pytest.mark.parametrize("edit, drop, words", [
+    ({"tie_embeddings": "yes"}, (), "tie_embeddings must be true or false, got 'yes'"),
+    ({"tie_embeddings": 1}, (), "tie_embeddings must be true or false, got 1"),
+    ({"tie_embeddings": True}, (), "unexpected tensor 'output.weight'"),      # a tied config beside a head
+    ({}, ("output.weight",), "missing tensor 'output.weight'"),              # an untied config without one
+    ({"tie_embeddings": True}, ("tok_embeddings.weight",), "unexpected tensor 'output.weight'"),  # head only
+    ({"tie_embeddings": True}, ("tok_embeddings.weight", "output.weight"), "missing tensor 'tok_embeddings.weight'"),
+])
+def test_a_file_whose_head_does_not_match_its_config_is_refused_in_one_line(tmp_path, edit, drop, words):
+    source = tmp_path / "m.safetensors"
+    save_model(source, Transformer(SMALL, seed=0), TOKENIZER)
+    bad = _with_config(source, tmp_path / "bad.safetensors", edit, drop)
+    with pytest.raises(ValueError) as e:
+        load_model(bad)
+    assert words in str(e.value) and "bad.safetensors" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_model_built_without_initialisation_draws_nothing():
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state

@@ -168,6 +168,8 @@ READERS = _register("readers", [
     "llama2.c: seq_len=10**8", "GGUF: 2**40 tensors in 88 bytes", "HF: num_hidden_layers=10**7",
     "HF: max_position_embeddings=10**8", "HF: tokenizer.json of 200,000 ids", "trace: a zip64 member claiming 160 GB",
     "trace: a member claiming more bytes than the archive", "train state: damaged records",
+    "model file: a tied config beside an output tensor", "model file: tie_embeddings='yes'",
+    "model file header only: tied, 1,024 layers of width 8,192", "HF: tied, num_hidden_layers=10**7",
 ])
 
 
@@ -187,6 +189,21 @@ def test_a_file_that_claims_too_much_is_refused_at_once(env, case, tmp_path):
         (tmp_path / "m.safetensors").write_bytes(_header_only(env, n_layers=1024, dim=8192, n_heads=64,
                                                               n_kv_heads=8, ffn_dim=28672))
         one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "missing tensor")
+    elif case == "model file: a tied config beside an output tensor":
+        (tmp_path / "m.safetensors").write_bytes(_model_file(env, tie_embeddings=True))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root),
+                 "unexpected tensor 'output.weight'")
+    elif case == "model file: tie_embeddings='yes'":
+        (tmp_path / "m.safetensors").write_bytes(_model_file(env, tie_embeddings="yes"))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root),
+                 "tie_embeddings must be true or false")
+    elif case == "model file header only: tied, 1,024 layers of width 8,192":
+        (tmp_path / "m.safetensors").write_bytes(_header_only(env, n_layers=1024, dim=8192, n_heads=64,
+                                                              n_kv_heads=8, ffn_dim=28672, tie_embeddings=True))
+        one_line(run_limited(["generate", "hi", "--model", str(tmp_path / "m.safetensors")], root), "missing tensor")
+    elif case == "HF: tied, num_hidden_layers=10**7":
+        folder = _hf_folder(root, tmp_path, num_hidden_layers=10**7, tie_word_embeddings=True)
+        one_line(run_limited(["import", str(folder), str(tmp_path / "o.safetensors")], root), "n_layers", "limit")
     elif case == "model file: tensors whose offsets overlap":
         from tests.test_reliability_inventory import parse_safetensors
 
@@ -247,6 +264,8 @@ def test_a_header_only_file_claiming_a_large_model_costs_little_memory(env, tmp_
     width 8,192 (a 400 GB model): below 8 x the file's size + 16 MB above what importing glassllm takes."""
     _peak_for(_header_only(env, n_layers=10**7), tmp_path)
     _peak_for(_header_only(env, n_layers=1024, dim=8192, n_heads=64, n_kv_heads=8, ffn_dim=28672), tmp_path)
+    _peak_for(_header_only(env, n_layers=1024, dim=8192, n_heads=64, n_kv_heads=8, ffn_dim=28672,
+                           tie_embeddings=True), tmp_path)
 
 
 def _peak_for(blob: bytes, tmp_path: Path) -> None:

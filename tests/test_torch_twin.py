@@ -98,6 +98,58 @@ def test_logits_and_gradients_match_glassllm():
         np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-8, atol=1e-11, err_msg=name)
 
 
+def test_a_tied_twin_holds_one_matrix_and_its_gradient_is_glassllms():
+    """A tied head is one Parameter in both (PyTorch's tied module): logits and the shared matrix's
+    gradient, the sum of its two uses, equal glassllm's; the crossing keeps it tied both ways."""
+    config = ModelConfig(**{**CONFIG.to_dict(), "tie_embeddings": True})
+    glass = _scaled_glass(config, seed=6)
+    twin = from_glassllm(glass)
+    assert twin.output.weight is twin.tok_embeddings.weight
+    assert [n for n, _ in twin.named_parameters()] == [n for n, _ in glass.named_parameters()]
+    assert sum(p.numel() for p in twin.parameters()) == glass.num_params() == config.n_params
+    rng = np.random.default_rng(7)
+    tokens, targets = rng.integers(0, config.vocab_size, size=(2, 40)), rng.integers(0, config.vocab_size, (2, 40))
+    loss = glass.loss(tokens, targets)
+    loss.backward()
+    tloss = twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets))
+    tloss.backward()
+    assert abs(tloss.item() - float(loss.data)) < 1e-10
+    for name, p in twin.named_parameters():
+        g = dict(glass.named_parameters())[name].grad
+        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-8, atol=1e-11, err_msg=name)
+    back = to_glassllm(twin, dtype=np.float64)
+    assert back.output.weight is back.tok_embeddings.weight
+    assert set(back.state_dict()) == set(glass.state_dict()) and "output.weight" not in back.state_dict()
+    np.testing.assert_array_equal(back.tok_embeddings.weight.data, glass.tok_embeddings.weight.data)
+
+
+def test_a_tied_head_takes_pytorchs_adamw_steps():
+    """The optimiser holds the tied matrix once: three AdamW steps of glassllm equal torch.optim.AdamW's."""
+    from glassllm.optim import AdamW
+
+    config = ModelConfig(**{**CONFIG.to_dict(), "tie_embeddings": True})
+    glass = _scaled_glass(config, seed=8)
+    twin = from_glassllm(glass)
+    opt = AdamW(glass.named_parameters(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    assert "output.weight" not in opt.params and "tok_embeddings.weight" in opt.params
+    topt = torch.optim.AdamW([{"params": [p for p in twin.parameters() if p.ndim >= 2], "weight_decay": 0.1},
+                              {"params": [p for p in twin.parameters() if p.ndim < 2], "weight_decay": 0.0}],
+                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        tokens, targets = (rng.integers(0, config.vocab_size, size=(2, 24)) for _ in range(2))
+        opt.zero_grad()
+        glass.loss(tokens, targets).backward()
+        opt.step()
+        topt.zero_grad()
+        twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets)).backward()
+        topt.step()
+    assert glass.output.weight is glass.tok_embeddings.weight and twin.output.weight is twin.tok_embeddings.weight
+    for name, p in twin.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), dict(glass.named_parameters())[name].data, rtol=1e-9,
+                                   atol=1e-10, err_msg=name)
+
+
 def test_float32_twin_matches_float32_glassllm():
     glass = _scaled_glass(CONFIG, seed=3, dtype=np.float32)
     twin = from_glassllm(glass)

@@ -408,8 +408,9 @@ def _state(folder):
 
 
 @pytest.mark.parametrize("extra", [(), ("--repeat-fraction", 0.5, "--repeat-tokens", "random"),
-                                   ("--short-steps", 12, "--short-seq-len", 8), ("--workers", 2)],
-                         ids=["plain", "repeated-windows", "short-windows-first", "two-workers"])
+                                   ("--short-steps", 12, "--short-seq-len", 8), ("--workers", 2),
+                                   ("--tie-embeddings", "true")],
+                         ids=["plain", "repeated-windows", "short-windows-first", "two-workers", "tied-head"])
 def test_resume_is_bit_identical(texts, tmp_path, extra):
     train, valid = texts
     straight, chunked = tmp_path / "straight", tmp_path / "chunked"
@@ -423,6 +424,7 @@ def test_resume_is_bit_identical(texts, tmp_path, extra):
     assert sorted(a) == sorted(b) and any(k.startswith("adam_v/") for k in a)
     for key in a:                                                        # weights and both moments
         assert a[key].dtype == np.float32 and np.array_equal(a[key], b[key]), key
+    assert ("param/output.weight" in a) == ("--tie-embeddings" not in extra)   # a tied head: one matrix
     drop = lambda rows: [{k: v for k, v in r.items() if k != "elapsed_s"} for r in rows]  # noqa: E731
     hist_a, hist_b = json.loads(meta_a["history"]), json.loads(meta_b["history"])
     assert len(hist_a) == 20 and drop(hist_a) == drop(hist_b)           # losses, norms, held-out: identical
@@ -594,6 +596,15 @@ def test_train_bad_input_is_one_line_exit_2(texts, tmp_path, capsys, argv, match
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and match in err and "Traceback" not in err
+
+
+def test_a_yes_no_option_takes_true_or_false(texts, tmp_path, capsys):
+    train, _ = texts
+    with pytest.raises(SystemExit) as e:                                 # argparse's own refusal, exit 2
+        main(["train", "--data", str(train), "--out", str(tmp_path / "r"), "--tie-embeddings", "yes"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "--tie-embeddings: expected true or false, got 'yes'" in err
 
 
 def test_tokenizer_option_and_eval_command(texts, tmp_path, capsys):

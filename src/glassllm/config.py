@@ -16,6 +16,10 @@ Choices made here (documented because the spec leaves them open):
   would give 512). Three matrices of 8/3 C keep the parameter count of a
   4 x C two-matrix MLP.
 - ``norm_eps = 1e-5`` (LLaMA 2), ``rope_theta = 10000`` (the RoPE paper).
+- ``tie_embeddings = False``: the output head is a matrix of its own, as in LLaMA.
+  With True the head reads the embedding matrix (Hugging Face's
+  ``tie_word_embeddings``: SmolLM2 and many small Llamas), one parameter used twice,
+  and a model file holds no ``output.weight``.
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ class ModelConfig(JsonConfig):
     max_seq_len: int = 512
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    tie_embeddings: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_seq_len"):
@@ -114,6 +119,9 @@ class ModelConfig(JsonConfig):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
                 shown = f"an int of {len(str(value))} digits" if isinstance(value, int) and value > 1e300 else repr(value)
                 raise ParameterError(name, f"must be a finite number > 0, got {shown:.60}", owner="ModelConfig")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ParameterTypeError("tie_embeddings", f"must be true or false, got {self.tie_embeddings!r:.60}",
+                                     owner="ModelConfig")
         if self.dim % self.n_heads:
             raise ParameterError("dim", f"={self.dim} is not divisible by n_heads={self.n_heads}", owner="ModelConfig")
         if self.n_heads % self.n_kv_heads:
@@ -124,6 +132,14 @@ class ModelConfig(JsonConfig):
         if self.vocab_size > 65536:
             raise ParameterError("vocab_size", f"={self.vocab_size} exceeds 65536 (token ids are stored as uint16)",
                                  owner="ModelConfig")
+
+    def to_dict(self) -> dict:
+        """The fields as a dict; ``tie_embeddings`` only when True, so that an untied model's config
+        reads as it always has (in model files, trace files and the inspector's cache keys)."""
+        d = super().to_dict()
+        if not self.tie_embeddings:
+            del d["tie_embeddings"]
+        return d
 
     @property
     def head_dim(self) -> int:
@@ -136,14 +152,16 @@ class ModelConfig(JsonConfig):
 
     @property
     def n_params(self) -> int:
-        """How many numbers the parameters hold, by arithmetic (nothing is built).
+        """How many numbers the parameters hold, by arithmetic (nothing is built); a tied head
+        counts once, inside the embedding.
 
         >>> ModelConfig().n_params == sum(math.prod(s) for s in ModelConfig().param_shapes().values())
         True
         """
         C, F, D = self.dim, self.ffn_dim, self.head_dim
         per_layer = 2 * C + self.n_heads * D * C * 2 + 2 * self.n_kv_heads * D * C + 3 * F * C
-        return 2 * self.vocab_size * C + C + self.n_layers * per_layer
+        vocab_matrices = 1 if self.tie_embeddings else 2           # the embedding, and the head unless tied
+        return vocab_matrices * self.vocab_size * C + C + self.n_layers * per_layer
 
     @property
     def table_bytes(self) -> int:
@@ -165,10 +183,10 @@ class ModelConfig(JsonConfig):
             raise ValueError(f"{where!r}: max_seq_len={self.max_seq_len} needs {self.table_bytes / 2**20:.0f} MiB of "
                              f"position tables, more than this file's weights justify (at most {budget // per} positions)")
 
-    def check_weights_fit(self, file_bytes: int, bytes_per_value: float, where: str, tied: bool = False) -> None:
+    def check_weights_fit(self, file_bytes: int, bytes_per_value: float, where: str) -> None:
         """Refuse a file of ``file_bytes`` that cannot hold this config's :attr:`n_params` values of at
-        least ``bytes_per_value`` bytes each (``tied``: the output head is the embedding, stored once)."""
-        need = math.ceil((self.n_params - (self.vocab_size * self.dim if tied else 0)) * bytes_per_value)
+        least ``bytes_per_value`` bytes each (a tied head is stored once, as the embedding)."""
+        need = math.ceil(self.n_params * bytes_per_value)
         if need > file_bytes:
             raise ValueError(f"{where!r}: its config (dim={self.dim}, n_layers={self.n_layers}, vocab_size="
                              f"{self.vocab_size}, ffn_dim={self.ffn_dim}) needs {self.n_params:,} weights, at least "
@@ -177,14 +195,18 @@ class ModelConfig(JsonConfig):
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's name (LLaMA's, as :mod:`glassllm.nn` names them) and shape, from
         the config alone: no weights are allocated. Loaders check a file against it before
-        reading any tensor data.
+        reading any tensor data. A tied head has no entry: it is ``tok_embeddings.weight``.
 
         >>> shapes = ModelConfig().param_shapes()
         >>> shapes["layers.0.attention.wk.weight"], len(shapes)
         ((64, 128), 39)
+        >>> "output.weight" in ModelConfig(tie_embeddings=True).param_shapes()
+        False
         """
         H, G, D, C, F, V = self.n_heads, self.n_kv_heads, self.head_dim, self.dim, self.ffn_dim, self.vocab_size
-        shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,), "output.weight": (V, C)}
+        shapes = {"tok_embeddings.weight": (V, C), "norm.weight": (C,)}
+        if not self.tie_embeddings:
+            shapes["output.weight"] = (V, C)
         per_layer = {"attention_norm.weight": (C,), "attention.wq.weight": (H * D, C),
                      "attention.wk.weight": (G * D, C), "attention.wv.weight": (G * D, C),
                      "attention.wo.weight": (C, H * D), "ffn_norm.weight": (C,),

@@ -24,6 +24,12 @@ stored (out, in) and applied as ``x @ W.T``):
 ``output.weight``                      (V, C)      = (1024, 128)
 =====================================  =========================
 
+A tied head (``ModelConfig(tie_embeddings=True)``, Hugging Face's ``tie_word_embeddings``)
+has no ``output.weight`` of its own: ``output.weight`` *is* ``tok_embeddings.weight``, one
+parameter used twice, listed once (under ``tok_embeddings.weight``) by
+:meth:`Module.named_parameters`, the state dict and the optimiser, and its gradient is the
+sum of both uses (as in PyTorch's tied modules).
+
 RoPE layout: *interleaved pairs*, as in the RoPE paper and Meta's reference
 code: features (2i, 2i+1) of each head form one pair rotated by angle
 ``pos * theta**(-2i/D)``. Hugging Face's Llama uses *split halves* (feature i
@@ -153,11 +159,20 @@ class Module:
         return out
 
     def named_parameters(self, prefix: str = ""):
+        """(name, parameter) of every parameter below this module, in definition order; a parameter
+        two modules share (a tied head) is listed once, under its first name (as PyTorch lists it)."""
+        seen = set()
+        for name, p in self._named_parameters_with_repeats(prefix):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def _named_parameters_with_repeats(self, prefix: str):
         for key, value in vars(self).items():
             if isinstance(value, Tensor) and value.requires_grad:
                 yield prefix + key, value
         for key, child in self.children():
-            yield from child.named_parameters(f"{prefix}{key}.")
+            yield from child._named_parameters_with_repeats(f"{prefix}{key}.")
 
     def parameters(self) -> list[Tensor]:
         return [p for _, p in self.named_parameters()]
@@ -170,7 +185,8 @@ class Module:
 
         ``copy=False`` takes an array of the parameter's dtype as it is (a memory-mapped tensor
         of a model file stays mapped, see :func:`glassllm.files.read_safetensors`); two keys that
-        share memory (a tied head) still get an array each, so updating one never moves the other.
+        share memory still get an array each, so updating one never moves the other (a head meant to
+        be the embedding is tied in the config, not by sharing memory).
         Raises ValueError naming the first missing, unexpected or misshapen key.
         """
         params = dict(self.named_parameters())
@@ -572,7 +588,9 @@ class Transformer(Module):
         self.tok_embeddings = Embedding(config.vocab_size, config.dim, rng, dtype=dtype)
         self.layers = [Block(config, rng, i, dtype) for i in range(config.n_layers)]
         self.norm = RMSNorm(config.dim, config.norm_eps, dtype)
-        self.output = Linear(config.dim, config.vocab_size, rng, dtype=dtype)
+        self.output = Linear(config.dim, config.vocab_size, None if config.tie_embeddings else rng, dtype=dtype)
+        if config.tie_embeddings:                       # the head reads the embedding matrix: one parameter
+            self.output.weight = self.tok_embeddings.weight
         self.rotary = Rotary(config.head_dim, config.max_seq_len, config.rope_theta, dtype)
         self._assign_prefixes()
 
@@ -710,4 +728,5 @@ class Transformer(Module):
         return ag.cross_entropy(logits, targets, ignore_index)
 
     def num_params(self) -> int:
+        """How many numbers the parameters hold (a tied head counts once, inside the embedding)."""
         return int(sum(p.data.size for p in self.parameters()))

@@ -31,7 +31,8 @@ def run(args) -> int:
     print(f"wrote {args.out} from a {what}: {model.num_params():,} {np.dtype(model.dtype).name} parameters, "
           f"vocab {c.vocab_size} ({'SentencePiece' if tok.kind == 'sentencepiece-bpe' else 'byte-level'} BPE), "
           f"width {c.dim}, {c.n_layers} layer{'s' if c.n_layers != 1 else ''}, {c.n_heads} query heads / "
-          f"{c.n_kv_heads} key-value head{'s' if c.n_kv_heads != 1 else ''}")
+          f"{c.n_kv_heads} key-value head{'s' if c.n_kv_heads != 1 else ''}"
+          f"{', output head tied to the embedding (stored once)' if c.tie_embeddings else ''}")
     if not np.array_equal(perm, np.arange(len(perm))):
         print("note: token ids were renumbered into glassllm's layout (bytes, merges, special tokens)")
     return 0

@@ -7,6 +7,7 @@ field the config refuses is reported under its option by :mod:`glassllm.cli`.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import shlex
@@ -69,6 +70,8 @@ _MODEL_HELP = {
     "max_seq_len": "longest context the model accepts",
     "norm_eps": "RMSNorm epsilon",
     "rope_theta": "RoPE base",
+    "tie_embeddings": "true: the output head is the embedding matrix, one parameter (Hugging Face's "
+                      "tie_word_embeddings)",
 }
 
 
@@ -77,7 +80,14 @@ _CHOICES = {"repeat_tokens": REPEAT_TOKENS, "dtype": tuple(DTYPES)}
 
 
 def _field_type(default):
-    return type(default) if not isinstance(default, bool) else bool
+    return type(default) if not isinstance(default, bool) else _true_or_false
+
+
+def _true_or_false(text: str) -> bool:
+    """A yes/no option's value: ``true`` or ``false`` (argparse reports anything else in one line)."""
+    if text not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text == "true"
 
 
 def add_cli(name: str, parser) -> None:
@@ -140,7 +150,8 @@ def add_config_options(group, cls, skip=(), ignored=None) -> None:
         choices = _CHOICES.get(field.name)
         group.add_argument("--" + field.name.replace("_", "-"), dest=prefix + field.name,
                            type=_field_type(field.default), default=None, choices=choices,
-                           metavar="{" + ",".join(choices) + "}" if choices else field.name.upper(),
+                           metavar="{" + ",".join(choices) + "}" if choices else
+                           "{true,false}" if isinstance(field.default, bool) else field.name.upper(),
                            help=text if "default:" in text else f"{text} (default: {field.default})")
 
 

@@ -28,7 +28,7 @@ Names, key for key (``{i}`` is the layer)::
     blk.{i}.ffn_down.weight     layers.{i}.feed_forward.w2.weight
     blk.{i}.ffn_up.weight       layers.{i}.feed_forward.w3.weight
     output_norm.weight          norm.weight
-    output.weight               output.weight (absent: tied to token_embd)
+    output.weight               output.weight (absent: a tied head, ModelConfig.tie_embeddings)
 
 llama.cpp's converter stores the rows of ``attn_q`` and ``attn_k`` in Meta's
 interleaved RoPE order, which is glassllm's own (see :mod:`glassllm.interop.hf`): they
@@ -190,13 +190,14 @@ def read_gguf(path):
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: tokenizer: {e}") from None
 
+    tied = not any(t.name == "output.weight" for t in reader.tensors)   # the head is the embedding
     try:
         config = ModelConfig(
             vocab_size=int(get("llama.vocab_size", V)), dim=dim, n_layers=int(get("llama.block_count")),
             n_heads=heads, n_kv_heads=int(get("llama.attention.head_count_kv", heads)),
             ffn_dim=int(get("llama.feed_forward_length")), max_seq_len=int(get("llama.context_length", 2048)),
             norm_eps=float(get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_theta=float(get("llama.rope.freq_base", 10000.0)))
+            rope_theta=float(get("llama.rope.freq_base", 10000.0)), tie_embeddings=tied)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
     if config.vocab_size != V:
@@ -214,8 +215,7 @@ def read_gguf(path):
         if kind not in SUPPORTED:
             raise ValueError(f"{where}: tensor {t.name!r} is {kind}; expected one of {', '.join(SUPPORTED)} "
                              "(other quantisations are not supported)")
-    tied = not any(t.name == "output.weight" for t in reader.tensors)
-    config.check_weights_fit(path.stat().st_size, _MIN_BYTES_PER_WEIGHT, where, tied)
+    config.check_weights_fit(path.stat().st_size, _MIN_BYTES_PER_WEIGHT, where)
     config.check_tables(path.stat().st_size, where)
     state = {}
     for t in reader.tensors:
@@ -225,6 +225,4 @@ def read_gguf(path):
             raise ValueError(f"{where}: tensor {t.name!r} cannot be read ({_one_line(e)})") from None
         shape = tuple(int(n) for n in reversed(t.shape))                        # GGML lists the inner size first
         state[names[t.name]] = np.asarray(w, dtype=np.float32).reshape(shape)  # (out, in) or (C,)
-    if "output.weight" not in state and "tok_embeddings.weight" in state:
-        state["output.weight"] = state["tok_embeddings.weight"]                 # tied head
     return config, state, tokenizer

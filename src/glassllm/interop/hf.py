@@ -5,8 +5,10 @@ Export (``glassllm export FILE --format hf DIR``) writes a folder that
 load:
 
 =========================  ==================================================
-``config.json``            a ``LlamaConfig`` (no biases, untied head, plain RoPE)
-``model.safetensors``      the weights under Hugging Face's names
+``config.json``            a ``LlamaConfig`` (no biases, plain RoPE; ``tie_word_embeddings``
+                           as the model's ``tie_embeddings``)
+``model.safetensors``      the weights under Hugging Face's names (no ``lm_head.weight``
+                           when the head is tied: it is the embedding)
 ``tokenizer.json``         our byte-level BPE for the ``tokenizers`` library
                            (:func:`tokenizer_to_hf`)
 ``tokenizer_config.json``  tells ``AutoTokenizer`` to use that file, and names
@@ -23,9 +25,10 @@ RoPE scaling, another activation, a head size other than width / heads, a
 tokenizer that is neither byte-level BPE nor SentencePiece BPE (in
 ``tokenizer.json``, or a ``tokenizer.model`` without it: see
 :mod:`glassllm.tokenizers.sentencepiece`), a vocabulary that does not match the embedding.
-A checkpoint with a tied output head is imported by copying the embedding into
-``output.weight``. Pickled ``.bin`` checkpoints are refused:
-loading never unpickles anything.
+A checkpoint with a tied output head (``tie_word_embeddings: true``) is imported tied
+(``ModelConfig.tie_embeddings``): the model file holds the embedding once and no
+``output.weight``; an ``lm_head.weight`` stored beside it must equal the embedding.
+Pickled ``.bin`` checkpoints are refused: loading never unpickles anything.
 
 Names, key for key (``{i}`` is the layer):
 
@@ -38,7 +41,7 @@ glassllm                                          Hugging Face
 ``layers.{i}.ffn_norm.weight``                    ``model.layers.{i}.post_attention_layernorm.weight``
 ``layers.{i}.feed_forward.w1/w3/w2.weight``       ``model.layers.{i}.mlp.gate/up/down_proj.weight``
 ``norm.weight``                                   ``model.norm.weight``
-``output.weight``                                 ``lm_head.weight``
+``output.weight``                                 ``lm_head.weight`` (neither, when tied)
 ================================================  ========================================
 
 RoPE layout, and why wq and wk are permuted
@@ -140,9 +143,10 @@ _TOP_NAMES = {"tok_embeddings.weight": "model.embed_tokens.weight", "norm.weight
               "output.weight": "lm_head.weight"}
 
 
-def hf_names(n_layers: int) -> dict[str, str]:
-    """Our parameter name -> Hugging Face's, for a model of ``n_layers`` layers."""
-    names = dict(_TOP_NAMES)
+def hf_names(n_layers: int, tied: bool = False) -> dict[str, str]:
+    """Our parameter name -> Hugging Face's, for a model of ``n_layers`` layers (``tied``: with no
+    output head of its own)."""
+    names = {k: v for k, v in _TOP_NAMES.items() if not (tied and k == "output.weight")}
     for i in range(n_layers):
         for ours, theirs in _LAYER_NAMES.items():
             names[f"layers.{i}.{ours}"] = f"model.layers.{i}.{theirs}"
@@ -175,7 +179,7 @@ def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
         "attention_bias": False,
         "attention_dropout": 0.0,
         "mlp_bias": False,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": config.tie_embeddings,
         "pretraining_tp": 1,
         "initializer_range": 0.02,
         "use_cache": True,
@@ -188,7 +192,8 @@ def hf_config(config: ModelConfig, tokenizer, dtype: str = "float32") -> dict:
 
 
 def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, bool]:
-    """Our :class:`ModelConfig` for a Hugging Face Llama ``config.json``, and whether the head is tied.
+    """Our :class:`ModelConfig` for a Hugging Face Llama ``config.json``, and whether the head is tied
+    (``tie_word_embeddings``, which becomes the config's ``tie_embeddings``).
 
     Raises ValueError naming the first key that glassllm cannot reproduce exactly.
     """
@@ -243,7 +248,7 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
             vocab_size=doc["vocab_size"], dim=dim, n_layers=doc["num_hidden_layers"], n_heads=heads,
             n_kv_heads=heads if kv_heads is None else kv_heads, ffn_dim=doc["intermediate_size"],
             max_seq_len=doc.get("max_position_embeddings", 2048),
-            norm_eps=doc.get("rms_norm_eps", 1e-6), rope_theta=theta,
+            norm_eps=doc.get("rms_norm_eps", 1e-6), rope_theta=theta, tie_embeddings=tied,
         )
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
@@ -265,30 +270,29 @@ def rotated_heads(name: str, config: ModelConfig) -> int | None:
 
 
 def to_hf_state(state: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:
-    """Our state dict -> Hugging Face's: renamed, wq/wk rows in split-halves order."""
+    """Our state dict -> Hugging Face's: renamed, wq/wk rows in split-halves order (a tied head has
+    no ``lm_head.weight``: ``tie_word_embeddings`` says it is the embedding)."""
     out = {}
-    for ours, theirs in hf_names(config.n_layers).items():
+    for ours, theirs in hf_names(config.n_layers, config.tie_embeddings).items():
         w, heads = np.asarray(state[ours]), rotated_heads(ours, config)
         out[theirs] = np.ascontiguousarray(w if heads is None else interleaved_to_halves(w, heads))
     return out
 
 
-def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig, tied: bool = False,
+def from_hf_state(tensors: dict[str, np.ndarray], config: ModelConfig,
                   where: str = "checkpoint") -> dict[str, np.ndarray]:
     """Hugging Face's tensors -> our state dict, checking every name and shape.
 
-    ``tied``: the checkpoint shares the embedding with the output head, which
-    may then be absent (it is copied from the embedding).
+    With ``config.tie_embeddings`` the checkpoint shares the embedding with the output head: the
+    state has no ``output.weight``, and an ``lm_head.weight`` in the checkpoint (transformers may
+    save one) must equal the embedding.
     """
-    names = hf_names(config.n_layers)
+    names = hf_names(config.n_layers, config.tie_embeddings)
     theirs_to_ours = {v: k for k, v in names.items()}
     tensors = {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}  # a buffer, not a weight
-    if tied:
-        if "lm_head.weight" in tensors and not np.array_equal(tensors["lm_head.weight"],
-                                                              tensors.get("model.embed_tokens.weight")):
+    if config.tie_embeddings and "lm_head.weight" in tensors:
+        if not np.array_equal(tensors.pop("lm_head.weight"), tensors.get("model.embed_tokens.weight")):
             raise _bad(where, "tie_word_embeddings", True, "lm_head.weight equal to model.embed_tokens.weight")
-        if "model.embed_tokens.weight" in tensors:
-            tensors = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"]}
     unexpected = sorted(set(tensors) - set(theirs_to_ours))
     if unexpected:
         hint = " (glassllm has no biases)" if unexpected[0].endswith(".bias") else ""
@@ -471,11 +475,11 @@ def load_hf(folder, dtype=None):
     # any tensor is read, so that a config of a few bytes cannot claim a model of gigabytes.
     files = weight_files(folder)
     total = sum(path.stat().st_size for path, _ in files)
-    config.check_weights_fit(total, 2, str(folder), tied)
+    config.check_weights_fit(total, 2, str(folder))
     config.check_tables(total, str(folder))
-    state = from_hf_state(read_safetensors_dir(folder), config, tied, str(folder))
+    state = from_hf_state(read_safetensors_dir(folder), config, str(folder))
     if not np.array_equal(perm, np.arange(len(perm))):
-        for key in ("tok_embeddings.weight", "output.weight"):
+        for key in [k for k in ("tok_embeddings.weight", "output.weight") if k in state]:  # (a tied head: one)
             state[key] = np.ascontiguousarray(state[key][perm])                  # (V, C), our id order
     for key, w in state.items():
         if not np.all(np.isfinite(w)):

@@ -25,7 +25,9 @@ classifier", zeros -- then::
 Version 2 (int8 groups) is refused. Matrices are PyTorch ``Linear`` weights
 (out, in), in Meta's interleaved RoPE order, which is glassllm's: they load
 as they are. llama2.c fixes RoPE's base at 10,000 and RMSNorm's epsilon at
-1e-5, and the file holds nothing else, so nothing else can differ.
+1e-5, and the file holds nothing else, so nothing else can differ. A shared
+classifier (a tied head) is imported tied (``ModelConfig.tie_embeddings``): the
+model file holds the embedding once.
 
 ``tokenizer.bin``: an int32 ``max_token_length``, then per id a float32
 score, an int32 length and that many bytes of the piece, with ``▁`` written
@@ -86,12 +88,12 @@ def read_llama2c(path, tokenizer_path=None):
                          "n_heads, and n_heads by n_kv_heads")
     try:                                        # every size against glassllm.limits, before anything is built
         config = ModelConfig(vocab_size=V, dim=C, n_layers=L, n_heads=H, n_kv_heads=G, ffn_dim=F, max_seq_len=T,
-                             norm_eps=1e-5, rope_theta=10000.0)
+                             norm_eps=1e-5, rope_theta=10000.0, tie_embeddings=shared)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
     D = C // H
     # The file's size, by arithmetic: the weights (the output head unless tied) and the RoPE tables.
-    need = offset + 4 * (config.n_params - (V * C if shared else 0) + (T * (D // 2) * 2 if version == 0 else 0))
+    need = offset + 4 * (config.n_params + (T * (D // 2) * 2 if version == 0 else 0))
     if need != len(data):
         layout = "legacy" if version == 0 else "version 1"
         raise ValueError(f"{where} is {len(data):,} bytes but its {layout} header (dim={C}, hidden_dim={F}, "
@@ -126,8 +128,6 @@ def read_llama2c(path, tokenizer_path=None):
         offset += 4 * n
         if not key.startswith("freq_cis"):
             state[key] = w.astype(np.float32)
-    if shared:
-        state["output.weight"] = state["tok_embeddings.weight"]
     tok_path = Path(tokenizer_path) if tokenizer_path is not None else path.with_name("tokenizer.bin")
     if not tok_path.is_file():
         raise ValueError(f"{where}: no tokenizer {str(tok_path)!r}; expected llama2.c's tokenizer.bin beside the "

@@ -8,6 +8,10 @@ so it runs on GPUs and trains across processes with DistributedDataParallel
 (``tok_embeddings.weight``, ``layers.{i}.attention.wq.weight``, ...), so weights
 move between the two key for key; :func:`save_model` writes the glass box's own
 model file (:mod:`glassllm.checkpoint`), which the tracer and the inspector open.
+A tied head (``config.tie_embeddings``) is PyTorch's tied module: ``output.weight`` is
+``tok_embeddings.weight``, one ``Parameter``; PyTorch's ``state_dict()`` lists it under both
+names, glassllm's under ``tok_embeddings.weight`` alone, and :func:`from_glassllm` and
+:func:`to_glassllm` cross between the two.
 
 >>> import numpy as np, torch
 >>> from glassllm.config import ModelConfig
@@ -117,6 +121,8 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:                                         # one Parameter, two uses
+            self.output.weight = self.tok_embeddings.weight
         # RoPE tables in float64 (as glassllm.nn.Rotary), cast with the module.
         D = config.head_dim
         inv_freq = config.rope_theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)            # (D/2,)
@@ -164,6 +170,8 @@ def from_glassllm(model, dtype: torch.dtype | None = None) -> Transformer:
     """A twin holding a copy of ``model``'s weights (a :class:`glassllm.nn.Transformer`)."""
     twin = Transformer(model.config)
     state = {k: torch.from_numpy(np.array(v)) for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:                                       # PyTorch names the tied head twice
+        state["output.weight"] = state["tok_embeddings.weight"]
     twin.to(dtype or state["tok_embeddings.weight"].dtype)
     twin.load_state_dict(state, strict=True)
     return twin
@@ -175,7 +183,10 @@ def to_glassllm(twin: Transformer, dtype=np.float32):
 
     twin = getattr(twin, "module", twin)  # a DistributedDataParallel wrapper
     model = GlassTransformer(twin.config, seed=0, dtype=dtype)
-    model.load_state_dict({k: v.detach().cpu().numpy() for k, v in twin.state_dict().items()})
+    state = twin.state_dict()
+    if twin.config.tie_embeddings:                                        # glassllm names the tied head once
+        del state["output.weight"]
+    model.load_state_dict({k: v.detach().cpu().numpy() for k, v in state.items()})
     return model
 
 
