@@ -286,6 +286,20 @@ def _compare_decoding(case: DecodeCase, dtype):
         tokens = want.argmax(axis=-1)[:, None]
 
 
+def test_the_lean_decoder_reads_the_models_own_weights_without_a_copy():
+    """Every array the decoder multiplies by is a view of a parameter of the model (no second copy of the
+    weights), and every parameter is one of them."""
+    model = model_of(np.float32)
+    lean = FastDecoder(model)
+    held = [lean.embed, lean.final_gain, lean.head] + [a for layer in lean.layers for a in layer]
+    params = model.state_dict()
+    for a in held:
+        owners = [name for name, p in params.items() if np.shares_memory(a, p)]
+        assert len(owners) == 1 and a.size == params[owners[0]].size, a.shape
+    reached = {name for name, p in params.items() if any(np.shares_memory(a, p) for a in held)}
+    assert reached == set(params)
+
+
 def _compare_op(case: OpCase, dtype, name):
     """The operation against its plain formula on copies of the same inputs (and, for an op, gradients)."""
     if not case.grads:
