@@ -8,12 +8,18 @@ path keeps the arithmetic and drops the bookkeeping:
 
 - it reads the model's own weight arrays, through their transposes as ``x @ W``
   reads them (views: no copy of any weight, so decoding a 1 B model costs no
-  second 4 GB; a GEMV walks each output's row of the (out, C) layout either way);
-- the RMSNorm gains multiply the normalised row (C numbers), the score scale
+  second 4 GB; a GEMV walks each output's row of the (out, C) layout either way).
+  The RMSNorm gains multiply the normalised row (C numbers), the score scale
   1/sqrt(D) rides in the step's query rotation matrix (RoPE is linear, so it
   commutes), and SwiGLU works from g/2: silu(g) * u = g/2 * (1 + tanh(g/2)) * u;
-- queries and keys are rotated by one matmul each with a (D, D) rotation matrix
-  per position (RoPE's pairs as 2 x 2 blocks);
+- a small model (its blocks' matrices at most ``PACK_BYTES``, 64 MiB) is packed
+  instead, where a copy costs little and Python's per-call cost is most of a step:
+  ``wq|wk|wv`` as one (C, (H+2G)D) matrix and ``w1|w3`` as one (C, 2F) matrix, so a
+  layer makes four GEMVs instead of seven, each gain folded into the rows of the
+  matrix that reads its norm (``(x r * w) @ W = (x r) @ (w W)``), 1/sqrt(D) into
+  wq and 1/2 into w1 (exact in binary);
+- queries and keys are rotated by a matmul with a (D, D) rotation matrix per
+  position (RoPE's pairs as 2 x 2 blocks);
 - attention folds the r = H/G query heads that share a key/value head into
   one matmul against that head's cached keys (nothing is copied per head).
 
@@ -27,10 +33,11 @@ float32 and 1e-12 in float64, and asks for the same tokens).
 
 It reads and writes the same :class:`~glassllm.nn.KVCache` as the module path
 (so the two can take turns in one generation) and follows its rules for
-positions and left padding. It holds the weight arrays the model has when it is
-built: a change made in place is seen, a parameter given a new array is not
-(build a new decoder then). It is tested equal to the model's reference
-forward (tests/test_kernels.py, tests/test_generate.py); a tracer never sees it --
+positions and left padding. It sees the weights as they are when it is built
+(reading in place, it holds the model's arrays: a change made in place is seen,
+a parameter given a new array is not); build a new one after changing them. It
+is tested equal to the model's reference forward, packed and in place
+(tests/test_kernels.py, tests/test_generate.py); a tracer never sees it --
 :func:`glassllm.generate.generate` asks the dispatcher before each step
 (:func:`glassllm.kernels.dispatch.lean_decoding`), which says no whenever a tracer
 is attached or the kernel is switched off.
@@ -52,7 +59,7 @@ from ..ops.flash import FLASH_MIN_QUERIES
 from ..ops.softmax import softmax_inplace
 from ..positions import positions
 
-__all__ = ["FastDecoder", "head_weight"]
+__all__ = ["FastDecoder", "head_weight", "PACK_BYTES"]
 
 
 def head_weight(model) -> np.ndarray:
@@ -60,25 +67,46 @@ def head_weight(model) -> np.ndarray:
     return model.output.weight.data
 
 
-class LayerWeights(NamedTuple):
-    """One block's arrays as the decoder reads them: the model's own, the matrices as (in, out) views."""
+PACK_BYTES = 64 * 2**20    # a model whose matrices take at most this many bytes is decoded from a packed copy
 
-    attention_gain: np.ndarray  # (C,)
-    wq: np.ndarray              # (C, H*D)
-    wk: np.ndarray              # (C, G*D)
-    wv: np.ndarray              # (C, G*D)
-    wo: np.ndarray              # (H*D, C)
-    ffn_gain: np.ndarray        # (C,)
-    w1: np.ndarray              # (C, F)
-    w3: np.ndarray              # (C, F)
-    w2: np.ndarray              # (F, C)
+
+class LayerWeights(NamedTuple):
+    """One block's arrays as the decoder reads them, the matrices as (in, out) transposed views.
+
+    Read in place (the model's own arrays): ``attention_in`` is (wq, wk, wv) and ``ffn_in`` (w1, w3); the
+    gains multiply the normalised row, the score scale rides in the query's rotation matrix and SwiGLU halves
+    its gate. Packed (a copy, for a small model, where Python's per-call cost outweighs memory):
+    ``attention_in`` is the one (C, (H+2G)D) matrix wq|wk|wv and ``ffn_in`` the one (C, 2F) matrix w1|w3,
+    each with its norm's gain folded into its rows (``(x r * g) @ W = (x r) @ (g W)``), 1/sqrt(D) folded
+    into wq and 1/2 into w1 (exact in binary); the gains are None.
+    """
+
+    attention_gain: np.ndarray | None  # (C,)
+    attention_in: tuple                # (C, H*D), (C, G*D), (C, G*D); or one (C, (H+2G)D)
+    wo: np.ndarray                     # (H*D, C)
+    ffn_gain: np.ndarray | None        # (C,)
+    ffn_in: tuple                      # (C, F), (C, F); or one (C, 2F)
+    w2: np.ndarray                     # (F, C)
 
     @classmethod
-    def of(cls, block) -> "LayerWeights":
+    def read(cls, block) -> "LayerWeights":
+        """The block's own arrays: views, no copy."""
         a, f = block.attention, block.feed_forward
-        return cls(block.attention_norm.weight.data, a.wq.weight.data.T, a.wk.weight.data.T,
-                   a.wv.weight.data.T, a.wo.weight.data.T, block.ffn_norm.weight.data,
-                   f.w1.weight.data.T, f.w3.weight.data.T, f.w2.weight.data.T)
+        return cls(block.attention_norm.weight.data, (a.wq.weight.data.T, a.wk.weight.data.T, a.wv.weight.data.T),
+                   a.wo.weight.data.T, block.ffn_norm.weight.data, (f.w1.weight.data.T, f.w3.weight.data.T),
+                   f.w2.weight.data.T)
+
+    @classmethod
+    def pack(cls, block, scale: float) -> "LayerWeights":
+        """A packed copy, the gains, the score scale ``scale`` and SwiGLU's 1/2 folded in."""
+        a, f = block.attention, block.feed_forward
+        wqkv = np.concatenate([a.wq.weight.data, a.wk.weight.data, a.wv.weight.data])  # ((H+2G)D, C)
+        wqkv *= block.attention_norm.weight.data
+        wqkv[: a.wq.weight.data.shape[0]] *= scale                          # q arrives pre-scaled by 1/sqrt(D)
+        w13 = np.concatenate([f.w1.weight.data, f.w3.weight.data])          # (2F, C)
+        w13 *= block.ffn_norm.weight.data
+        w13[: f.w1.weight.data.shape[0]] *= 0.5                             # gate/2, exactly
+        return cls(None, (wqkv.T,), a.wo.weight.data.T, None, (w13.T,), f.w2.weight.data.T)
 
 
 class FastDecoder:
@@ -88,7 +116,7 @@ class FastDecoder:
     advances by n, exactly as ``model(tokens, cache)`` would leave it.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, pack_bytes: int = PACK_BYTES):
         c = model.config
         self.model = model
         self.config = c
@@ -96,9 +124,17 @@ class FastDecoder:
         self.eps = c.norm_eps
         self.scale = 1.0 / math.sqrt(c.head_dim)
         self.embed = model.tok_embeddings.weight.data                       # (V, C)
-        self.layers = [LayerWeights.of(block) for block in model.layers]
-        self.final_gain = model.norm.weight.data                            # (C,)
-        self.head = head_weight(model).T                                    # (C, V), a view
+        # A small model's per-call overhead outweighs its memory: it is packed (fewer, larger GEMVs).
+        matrix_bytes = sum(p.data.nbytes for block in model.layers for p in block.parameters() if p.data.ndim == 2)
+        self.packed = matrix_bytes <= pack_bytes
+        if self.packed:
+            self.layers = [LayerWeights.pack(block, self.scale) for block in model.layers]
+            self.final_gain, self.head = None, (head_weight(model) * model.norm.weight.data).T  # (C, V), a copy
+        else:
+            self.layers = [LayerWeights.read(block) for block in model.layers]
+            self.final_gain, self.head = model.norm.weight.data, head_weight(model).T          # (C,), (C, V) views
+        self.F = c.ffn_dim                                                  # where a packed output splits
+        self.qk_cuts = (self.H * self.D, (self.H + self.G) * self.D)
 
         # RoPE as a matmul: row-vector x @ R[p] turns each pair (x[2i], x[2i+1]) by angle p*w_i.
         # Built for the positions reached so far (see _rotations), not the whole context.
@@ -111,23 +147,35 @@ class FastDecoder:
             self.rot = self.rotary.matrices(max(m, 2 * len(self.rot)))
         return self.rot
 
-    def _rms(self, x: np.ndarray, gain: np.ndarray) -> np.ndarray:
-        """RMSNorm of each row with its gain: x / rms(x) * gain, (N, C)."""
+    def _rms(self, x: np.ndarray, gain: np.ndarray | None) -> np.ndarray:
+        """RMSNorm of each row with its gain: x / rms(x) * gain, (N, C) (gain None: folded into the next matrix)."""
         if len(x) == 1:  # one row (a decode step): the scalar work in Python floats
             h = x * (1.0 / math.sqrt(float(x[0] @ x[0]) / x.shape[-1] + self.eps))
         else:
             h = x / np.sqrt(np.add.reduce(x * x, axis=-1, keepdims=True) / x.shape[-1] + self.eps)
-        h *= gain
+        if gain is not None:
+            h *= gain
         return h
+
+    def _project(self, h: np.ndarray, mats: tuple, part: str) -> tuple:
+        """``h`` (N, C) times each matrix of ``mats``; one packed matrix's output split where the parts meet."""
+        if len(mats) > 1:
+            return tuple(h @ w for w in mats)                              # (N, out) each
+        y = h @ mats[0]                                                     # (N, total out)
+        if part == "ffn":
+            return y[:, :self.F], y[:, self.F:]                             # (N, F) each
+        a, b = self.qk_cuts
+        return y[:, :a], y[:, a:b], y[:, b:]                                # (N, H*D), (N, G*D), (N, G*D)
 
     def _feed_forward(self, h: np.ndarray, w: LayerWeights) -> np.ndarray:
         """SwiGLU from the normalised rows (N, C) -> (N, C): silu(g) * u = g/2 * (1 + tanh(g/2)) * u."""
-        half_gate = h @ w.w1                                                # (N, F)
-        half_gate *= 0.5
+        half_gate, up = self._project(h, w.ffn_in, "ffn")                   # (N, F) each
+        if not self.packed:                                                 # (packed: w1 is halved)
+            half_gate *= 0.5
         act = np.tanh(half_gate)
         act += 1.0
         act *= half_gate
-        act *= h @ w.w3                                                     # (N, F)
+        act *= up
         return act @ w.w2                                                   # (N, C)
 
     def __call__(self, tokens: np.ndarray, cache) -> np.ndarray:
@@ -158,7 +206,7 @@ class FastDecoder:
             mask = causal_mask(n, m, start, pad)                            # (B, n, m)
         if mask is not None:
             mask = mask.reshape(-1, 1, 1, n, m)                             # (B|1, 1, 1, n, m)
-        rot_q = rot * self.scale                                            # queries arrive scaled by 1/sqrt(D)
+        rot_q = rot if self.packed else rot * self.scale                    # queries arrive scaled by 1/sqrt(D)
 
         def rotate(t, heads, R):                                            # (N, heads*D) turned by R
             t = t.reshape(N, heads, D)                                      # (N, heads, D)
@@ -168,10 +216,10 @@ class FastDecoder:
         x = self.embed[tokens.reshape(-1)]                                  # (N, C), a copy: updated in place
         for layer, w in enumerate(self.layers):
             # Attention: project, rotate q and k, cache, read all m keys.
-            h = self._rms(x, w.attention_gain)                              # (N, C)
-            q = rotate(h @ w.wq, H, rot_q)                                  # (B, n, H, D), scaled
-            cache.k[layer, :, :, start:m] = rotate(h @ w.wk, G, rot).transpose(0, 2, 1, 3)   # (B, G, n, D)
-            cache.v[layer, :, :, start:m] = (h @ w.wv).reshape(B, n, G, D).transpose(0, 2, 1, 3)  # (B, G, n, D)
+            q, k, v = self._project(self._rms(x, w.attention_gain), w.attention_in, "attention")
+            q = rotate(q, H, rot_q)                                         # (B, n, H, D), scaled
+            cache.k[layer, :, :, start:m] = rotate(k, G, rot).transpose(0, 2, 1, 3)          # (B, G, n, D)
+            cache.v[layer, :, :, start:m] = v.reshape(B, n, G, D).transpose(0, 2, 1, 3)     # (B, G, n, D)
             keys, values = cache.k[layer, :, :, :m], cache.v[layer, :, :, :m]  # (B, G, m, D)
 
             # Query head h = g*r + j reads K/V head g: fold the r heads of a group into rows.
@@ -211,14 +259,23 @@ class FastDecoder:
         start = cache.start
         m = start + 1
         rot = self._rotations(m)[start]                                     # (D, D)
-        rot_q = rot * self.scale                                            # (D, D): queries scaled by 1/sqrt(D)
+        rot_q = rot if self.packed else rot * self.scale                    # (D, D): queries scaled by 1/sqrt(D)
+        packed, F, KD = self.packed, self.F, self.qk_cuts[1]
         x = self.embed[ids]                                                 # (B, C), a copy: updated in place
-        for layer, (attention_gain, wq, wk, wv, wo, ffn_gain, w1, w3, w2) in enumerate(self.layers):
+        for layer, (attention_gain, attention_in, wo, ffn_gain, ffn_in, w2) in enumerate(self.layers):
             h = self._rms(x, attention_gain)                                # (B, C)
-            q = ((h @ wq).reshape(B, H, D) @ rot_q).reshape(B, G, H // G, D)  # (B, G, r, D), rotated and scaled
-            np.matmul((h @ wk).reshape(B, G, D), rot, out=cache.k[layer, :, :, start])  # (B, G, D), rotated
-            cache.v[layer, :, :, start] = (h @ wv).reshape(B, G, D)         # (B, G, D)
-            s = q @ cache.k[layer, :, :, :m].swapaxes(-1, -2)               # (B, G, r, m)
+            if packed:                                                      # one GEMV; q and k rotated together
+                qkv = h @ attention_in[0]                                   # (B, (H+2G)D), q pre-scaled
+                qk = qkv[:, :KD].reshape(B, H + G, D) @ rot                 # (B, H+G, D), rotated
+                q, v = qk[:, :H], qkv[:, KD:]                               # (B, H, D), (B, G*D)
+                cache.k[layer, :, :, start] = qk[:, H:]                     # (B, G, D)
+            else:
+                wq, wk, wv = attention_in
+                q = (h @ wq).reshape(B, H, D) @ rot_q                       # (B, H, D), rotated and scaled
+                np.matmul((h @ wk).reshape(B, G, D), rot, out=cache.k[layer, :, :, start])  # (B, G, D), rotated
+                v = h @ wv                                                  # (B, G*D)
+            cache.v[layer, :, :, start] = v.reshape(B, G, D)                # (B, G, D)
+            s = q.reshape(B, G, H // G, D) @ cache.k[layer, :, :, :m].swapaxes(-1, -2)  # (B, G, r, m)
             s -= np.maximum.reduce(s, axis=-1, keepdims=True)
             np.exp(s, out=s)
             mix = s @ cache.v[layer, :, :, :m]                              # (B, G, r, D), not yet divided
@@ -226,12 +283,17 @@ class FastDecoder:
             x += mix.reshape(B, H * D) @ wo                                 # (B, C)
 
             h = self._rms(x, ffn_gain)                                      # (B, C)
-            half_gate = h @ w1                                              # (B, F), then halved
-            half_gate *= 0.5
+            if packed:                                                      # one GEMV; w1 already halved
+                gu = h @ ffn_in[0]                                          # (B, 2F)
+                half_gate, up = gu[:, :F], gu[:, F:]                        # (B, F) each
+            else:
+                half_gate = h @ ffn_in[0]                                   # (B, F)
+                half_gate *= 0.5
+                up = h @ ffn_in[1]                                          # (B, F)
             act = np.tanh(half_gate)
             act += 1.0
             act *= half_gate
-            act *= h @ w3                                                   # (B, F)
+            act *= up
             x += act @ w2                                                   # (B, C)
         cache.start = m
         return self._rms(x, self.final_gain) @ self.head                    # (B, V)
