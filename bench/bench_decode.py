@@ -205,7 +205,8 @@ def breakdown(model, prompt, new: int, repeats: int) -> dict:
     lean = FastDecoder(model)
     tok = np.array([[7]])
     prompt_ids = np.array([prompt])
-    mats = [w for layer in lean.layers for w in layer] + [lean.out]          # the lean step's matrices
+    mats = [w for layer in lean.layers for w in (*layer.attention_in, layer.wo, *layer.ffn_in, layer.w2)]
+    mats.append(lean.head)                                                  # the lean step's matrices
     x_in = {w.shape[0]: np.ones((1, w.shape[0]), dtype=np.float32) for w in mats}
 
     def timed(fn):

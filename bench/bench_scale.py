@@ -16,6 +16,7 @@ Measured, 1 BLAS thread (``--threads``), medians of ``--repeats``:
 - forward of 64 and 256 tokens (untraced), a full trace of 256 tokens (every snapshot; transformers with
   every hidden state and attention, TransformerLens ``run_with_cache``), gradients of 256 tokens (the
   loss back-propagated; glassllm's full trace and its lazy trace), 64 greedy tokens;
+- decoding alone, in a fresh process: 64 greedy tokens and the peak RSS they add above the loaded model;
 - the inspector, in a fresh process: the first view of a 32- and a 256-token prompt and the switches
   after it (another layer, a gradient of another layer, the head grid, the logit lens), and its peak RSS;
 - the offline export of a 32-token prompt: its default bound, and with two layers chosen (``--no-export``
@@ -167,6 +168,25 @@ def phase_import(folder: str, out: str) -> dict:
     import_model(folder, out)
     seconds = time.perf_counter() - t0
     return {"s": seconds, "peak_kb": _status_kb("VmHWM") - base}
+
+
+def phase_decode(path: str) -> dict:
+    """64 greedy tokens after a 64-token prompt on the lean decoder: time, and peak RSS above the loaded model's
+    (the KV cache and a step's activations; no second copy of the weights)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from glassllm.checkpoint import load_model
+    from glassllm.generate import generate
+
+    threadpool_limits(1)
+    model, _, _ = load_model(path)
+    prompt = np.random.default_rng(0).integers(0, model.config.vocab_size - 1, 64).tolist()
+    loaded = _status_kb("VmHWM")
+    t0, c0 = time.perf_counter(), time.process_time()
+    ids = [t.id for t in generate(model, None, prompt, max_new_tokens=64, temperature=0)]
+    return {"s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "tokens": len(ids),
+            "peak_gb": _status_kb("VmHWM") * 1024 / 1e9, "above_model_gb": (_status_kb("VmHWM") - loaded) * 1024 / 1e9}
 
 
 def _prompt(tokenizer, n: int) -> str:
@@ -411,6 +431,7 @@ def run_shape(shape: str, work: Path, repeats: int, tl: bool, resume: bool = Fal
         "transformers_load": {"s": med(hf_loads, "s"), "peak_gb": med(hf_loads, "peak_kb") * 1024 / 1e9},
     }
     result["compute"] = phase(["compute", str(out_file), str(folder), str(repeats), "1" if tl else "0"])
+    result["decode"] = phase(["decode", str(out_file)])
     result["inspector"] = {str(n): phase(["inspector", str(out_file), str(n)]) for n in (32, 256)}
     print(f"[{shape}] inspector {result['inspector']}", file=sys.stderr)
     L = SHAPES[shape]["num_hidden_layers"]
@@ -487,6 +508,11 @@ def markdown(results: dict, env: dict) -> str:
             cell = lambda k: f"{row[k]:.2f} ({cpu[k]:.2f} CPU)" if k in row and k in cpu else ""  # noqa: E731
             lines.append(f"| {shape} | {key} (s) | {cell('glassllm')} | {cell('transformers')} | "
                          f"{cell('TransformerLens')} | {cell('glassllm lazy')} |")
+        if "decode" in r:
+            d = r["decode"]
+            lines.append(f"| {shape} | 64 greedy tokens, a fresh process: time; peak RSS, and above the loaded model | "
+                         f"{d['s']:.2f} ({d['cpu_s']:.2f} CPU); {d['peak_gb']:.2f} GB, {d['above_model_gb']:.2f} GB | "
+                         "| | |")
         for n, i in r["inspector"].items():
             lines.append(f"| {shape} | inspector {i['tokens']} tokens: first view; slowest switch (s); peak RSS | "
                          f"{i['first_s']:.2f} ({i['first_cpu_s']:.2f} CPU); {i['switch_max_s']:.2f} "
@@ -529,7 +555,7 @@ def main(argv=None) -> int:
         kind, rest = argv[1], argv[2:]
         fn = {"load": lambda p, k: phase_load(p), "hf_load": lambda f, k: phase_hf_load(f),
               "import": lambda f, o, k: phase_import(f, o),
-              "inspector": lambda p, n: phase_inspector(p, int(n)),
+              "inspector": lambda p, n: phase_inspector(p, int(n)), "decode": phase_decode,
               "export": lambda p, o, l: phase_export(p, o, None if l == "-" else l),
               "compute": lambda p, f, r, t: phase_compute(p, f, int(r), t == "1")}[kind]
         print(json.dumps(fn(*rest), default=float))

@@ -60,7 +60,7 @@ def make_model_and_tokenizer(dtype=np.float64, seed: int = 0):
 
 
 def decode_array(enc: dict) -> np.ndarray:
-    dtype = {"float32": "<f4", "float64": "<f8", "uint8": "u1"}[enc["dtype"]]
+    dtype = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "uint8": "u1"}[enc["dtype"]]
     return np.frombuffer(base64.b64decode(enc["b64"]), dtype=dtype).reshape(enc["shape"])
 
 
@@ -559,6 +559,54 @@ def test_export_embeds_the_servers_answers_and_fetches_nothing(parts, small_mode
     with pytest.raises(ValueError, match="prompt is empty"):
         export_html(inspector, "", tmp_path / "empty.html")
     assert not (tmp_path / "empty.html").exists()
+
+
+def test_the_export_draws_the_head_grid_from_float16_and_prints_every_number_exactly(parts, small_model, tmp_path):
+    """Every embedded answer equals the live server's: exactly (float32), except the head grid's weights,
+    which the page only draws (on 256 colour levels of the fixed scale 0 ... 1) and the export holds as
+    float16: the same numbers rounded to float16, the same colour level to within one. The file is smaller
+    by exactly the bytes those arrays save, about half of them."""
+    from glassllm.inspector.export import render_html
+
+    inspector = Inspector(small_model, parts[1], Limits(max_prompt_tokens=32, max_new_tokens=4))
+    client = TestClient(create_app(inspector), base_url="http://127.0.0.1")
+    path = tmp_path / "page.html"
+    stats = export_html(inspector, PROMPT, path, steps=1)
+    html = path.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script id="glass-data" type="application/json">(.*?)</script>', html, re.S)
+                      .group(1))
+    as_float32 = {}                     # the same page with the server's float32 grids
+    halved = saved = whole = 0
+    for n, (key, answer) in enumerate(data["responses"].items()):
+        kind, body = key.split(":", 1)
+        body = json.loads(body)
+        if kind == "snapshot" and n % 7:  # a seventh of the snapshots (all kinds of them), every other answer
+            as_float32[key] = answer
+            continue
+        live = post(client, kind, body).json()
+        if kind == "next":              # the page filters the logits itself (export.build_responses)
+            for part in (live, live.get("after") or {}):
+                part.pop("sampled", None)
+                part.pop("survivors", None)
+        as_float32[key] = live
+        if kind == "heads" and not body.get("grad"):
+            got, want = decode_array(answer["values"]), decode_array(live["values"])
+            assert answer["values"]["dtype"] == "float16" and live["values"]["dtype"] == "float32"
+            np.testing.assert_array_equal(got, want.astype(np.float16))
+            assert np.abs(got.astype(np.float64) - want).max() <= 2.0 ** -12
+            assert np.abs(np.round(got * 255.0) - np.round(want * 255.0)).max() <= 1
+            assert {k: v for k, v in answer.items() if k != "values"} == {k: v for k, v in live.items()
+                                                                         if k != "values"}
+            halved += 1
+            saved += len(live["values"]["b64"]) - len(answer["values"]["b64"])
+            whole += len(live["values"]["b64"])
+        else:
+            assert answer == live, key
+    H = small_model.config.n_heads
+    assert halved == 1 + small_model.config.n_layers * H   # the prompt's grid and each head's ablation
+    assert abs(saved - whole / 2) <= 4 * halved             # base64 of half the bytes: half the characters
+    page_float32 = render_html(inspector.info(), PROMPT, as_float32, None).encode("utf-8")
+    assert len(page_float32) - stats["bytes"] == saved
 
 
 @pytest.fixture(scope="module")

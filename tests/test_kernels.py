@@ -35,6 +35,7 @@ from glassllm import kernels, ops
 from glassllm.autograd import Tensor, no_grad, rotate
 from glassllm.config import ModelConfig
 from glassllm.kernels import FLASH_MIN_QUERIES, KERNELS, FastDecoder
+from glassllm.kernels.decode import PACK_BYTES
 from glassllm.nn import Transformer, causal_mask
 from glassllm.positions import positions
 
@@ -236,6 +237,13 @@ ROWS: dict[str, list[Callable]] = {
         lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (1, 5)), pad=None, steps=3),
         lambda dt, rng: DecodeCase(model_of(dt, tied=True), rng.integers(0, CONFIG.vocab_size, (2, 6)), pad=[2, 0],
                                    steps=3),                                            # a tied head
+        # The same, reading the model's own arrays in place (the path of a model past PACK_BYTES).
+        lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (2, 9)), pad=[0, 3], steps=4,
+                                   pack_bytes=0),
+        lambda dt, rng: DecodeCase(model_of(dt), rng.integers(0, CONFIG.vocab_size, (3, 5)), pad=None, steps=3,
+                                   pack_bytes=0),
+        lambda dt, rng: DecodeCase(model_of(dt, tied=True), rng.integers(0, CONFIG.vocab_size, (2, 6)), pad=[2, 0],
+                                   steps=3, pack_bytes=0),                              # a tied head, in place
     ],
     # The array operations of glassllm.ops against the plain formulas.
     "attention": [attention_op_case, lambda dt, rng: attention_op_case(dt, rng, B=3, pad=[0, 2, 8])],  # a dead row
@@ -268,6 +276,7 @@ class DecodeCase:
     tokens: np.ndarray
     pad: list | None
     steps: int
+    pack_bytes: int = PACK_BYTES       # the decoder's bound for packing (0: it reads the model's arrays in place)
 
 
 def _compare_decoding(case: DecodeCase, dtype):
@@ -276,7 +285,8 @@ def _compare_decoding(case: DecodeCase, dtype):
     pad = None if case.pad is None else np.array(case.pad)
     batch = case.tokens.shape[0]
     lean_cache, spec_cache = model.new_cache(batch, pad=pad), model.new_cache(batch, pad=pad)
-    lean = FastDecoder(model)
+    lean = FastDecoder(model, pack_bytes=case.pack_bytes)
+    assert lean.packed == (case.pack_bytes > 0)        # the test model is far below the default bound
     tokens = case.tokens
     for step in range(case.steps):
         got = lean(tokens, lean_cache)
@@ -288,6 +298,25 @@ def _compare_decoding(case: DecodeCase, dtype):
             assert_close(getattr(lean_cache, what)[:, :, :, :lean_cache.start],
                          getattr(spec_cache, what)[:, :, :, :spec_cache.start], dtype, f"cache {what}, step {step}")
         tokens = want.argmax(axis=-1)[:, None]
+
+
+def test_the_lean_decoder_reads_the_models_own_weights_without_a_copy():
+    """Past its packing bound, every array the decoder multiplies by is a view of a parameter of the model
+    (no second copy of the weights), and every parameter is one of them."""
+    model = model_of(np.float32)
+    lean = FastDecoder(model, pack_bytes=0)
+    held = [lean.embed, lean.final_gain, lean.head]
+    for layer in lean.layers:
+        held += [layer.attention_gain, *layer.attention_in, layer.wo, layer.ffn_gain, *layer.ffn_in, layer.w2]
+    params = model.state_dict()
+    for a in held:
+        owners = [name for name, p in params.items() if np.shares_memory(a, p)]
+        assert len(owners) == 1 and a.size == params[owners[0]].size, a.shape
+    reached = {name for name, p in params.items() if any(np.shares_memory(a, p) for a in held)}
+    assert reached == set(params)
+    # The bound counts the blocks' matrices: at exactly their size the decoder packs, one byte less it does not.
+    matrices = sum(p.nbytes for name, p in params.items() if name.startswith("layers.") and p.ndim == 2)
+    assert FastDecoder(model, pack_bytes=matrices).packed and not FastDecoder(model, pack_bytes=matrices - 1).packed
 
 
 def _compare_op(case: OpCase, dtype, name):

@@ -126,7 +126,7 @@ def test_a_loss_added_after_the_forward_gives_the_same_gradients(graph):
         lazy.backward(targets)
 
 
-def test_across_gives_every_blocks_snapshot_in_one_forward():
+def test_across_gives_every_blocks_snapshot():
     config = CONFIGS["gqa3"]
     model = randomize(Transformer(config, seed=8), np.random.default_rng(9))
     ids = np.arange(1, 12) % config.vocab_size
@@ -143,3 +143,34 @@ def test_across_gives_every_blocks_snapshot_in_one_forward():
         _close(v, full.get(k), k)
     with pytest.raises(ValueError, match="not a snapshot"):
         LazyTrace(model, ids).across("attn.nope")
+
+
+def test_across_runs_each_block_only_as_far_as_its_names_under_every_intervention(monkeypatch):
+    """Each block stops once it has recorded the names asked for: the attention weights under an intervention
+    on the same layer's scores and one on an earlier head equal a full trace's, and a name past the attention
+    (which needs the whole block) too; nothing after the softmax is computed for the grid's names."""
+    import glassllm.nn as nn
+    from glassllm.trace.interventions import Temperature
+
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=8), np.random.default_rng(9))
+    ids = np.arange(2, 13) % config.vocab_size
+    ivs = [ZeroAblate(0, 1), Temperature(0.5, layers=[1]), MaskOff(config.n_layers - 1)]
+    full = trace(model, ids, interventions=ivs)
+    lazy = LazyTrace(model, ids, interventions=ivs)
+    for names in (("attn.softmax", "attn.mask"), ("attn.scores",), ("mlp.act", "attn.softmax")):
+        got = lazy.across(*names)
+        assert sorted(got) == sorted(f"layers.{i}.{k}" for i in range(config.n_layers) for k in names)
+        for k, v in got.items():
+            _close(v, full.get(k), k)
+    seen = []
+    snap = nn.Module.snap
+
+    def spy(module, local, t):
+        seen.append((type(module).__name__, local))
+        return snap(module, local, t)
+    lazy = LazyTrace(model, ids)
+    monkeypatch.setattr(nn.Module, "snap", spy)
+    lazy.across("attn.softmax")
+    assert seen.count(("Attention", "softmax")) == config.n_layers
+    assert not {("Attention", "mix"), ("Attention", "head_out"), ("Attention", "out"), ("Block", "resid_mid")} & set(seen)

@@ -11,7 +11,7 @@ What is embedded, for the prompt:
 - every snapshot of every layer and head, its value and its gradient;
 - ``steps`` greedy decoding steps (fewer if the text ends), every snapshot's value;
 - the next-token logits of the prompt and of every step;
-- the head grid (every layer's and head's weights, and their gradients);
+- the head grid (every layer's and head's weights, as float16, and their gradients);
 - the logit lens over every window of positions the page's earlier/later buttons reach (together,
   every position of the prompt), and the direct attribution at the last position;
 - interventions: each head ablated, the mask switched off in each layer, the
@@ -31,6 +31,14 @@ as they are made: past ``max_mb`` megabytes the export stops and refuses in one 
 naming how much it held at which layer and what to choose instead (fewer layers, a
 shorter prompt, a larger bound), before writing anything.
 
+Precision: the head grid's attention weights (the prompt's grid and each ablation's) are embedded as
+float16, because the page only draws them, as colours on the fixed scale 0 ... 1 of 256 levels (a
+weight's float16 rounding is at most 2^-12, a sixteenth of a level); that halves the largest part of an
+export of a wide model. Everything the page prints or computes from stays exact float32: every
+snapshot (hovering a heatmap cell prints its exact value), the gradient grid (its legend prints the
+largest gradient), the logits (the page computes probabilities, their changes and KL from them), the
+lens and the attributions.
+
 Answers a view cannot have (the gradient of a constant, say) are embedded as
 their error message, which the page shows as the live server would. Style
 sheet and scripts are inlined, and a Content-Security-Policy forbids every
@@ -39,8 +47,11 @@ network request, so the file works offline and can be shared as it is.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+
+import numpy as np
 
 from ..checks import check_int, is_int
 from ..files import atomic_write
@@ -51,11 +62,12 @@ from .schema import (
     TimelineRequest, describe_validation_error, request_key,
 )
 from .assets import SCRIPTS, read_assets, script_tag
+from .views import encode_array
 
 ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["TEMPERATURES", "MAX_MB", "build_responses", "render_html", "inline_page", "export_html",
-           "ExportTooLarge"]
+           "ExportTooLarge", "drawn_only"]
 
 MAX_MB = 50.0                          # the default bound of one export's embedded answers, in MB (1e6 bytes)
 
@@ -66,6 +78,18 @@ class ExportTooLarge(ValueError):
 TEMPERATURES = (0.25, 0.5, 2.0, 4.0)   # the page's score-temperature choices
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "connect-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+def drawn_only(kind: str, req) -> bool:
+    """Whether the page only draws answer ``kind``/``req``'s values as colours (printing none, computing from
+    none): the head grid's weights, not its gradients. The export holds those as float16."""
+    return kind == "heads" and not req.grad
+
+
+def _float16(enc: dict) -> dict:
+    """An encoded float array (:func:`~glassllm.inspector.views.encode_array`) again as float16."""
+    a = np.frombuffer(base64.b64decode(enc["b64"]), dtype=np.dtype(enc["dtype"]).newbyteorder("<"))
+    return encode_array(a.reshape(enc["shape"]).astype(np.float16))
 
 
 def _answer(fn, req) -> dict:
@@ -105,6 +129,8 @@ def build_responses(inspector: Inspector, prompt: str, steps: int, layers=None, 
             for part in (answer, answer.get("after") or {}):
                 part.pop("sampled", None)
                 part.pop("survivors", None)
+        if drawn_only(kind, req) and "values" in answer:
+            answer["values"] = _float16(answer["values"])
         out[request_key(kind, req)] = answer
         held[0] += len(json.dumps(answer, separators=(",", ":")))
         if max_bytes is not None and held[0] > max_bytes:

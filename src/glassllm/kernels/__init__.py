@@ -104,5 +104,6 @@ register(Kernel(
     name="fast_decode", replaces=nn.Transformer, skips=("*",),
     reference="glassllm.nn.Transformer.__call__ (the last position's logits)", run=decode.FastDecoder,
     applies=lambda n, m, cache: cache is not None, serves="decoding steps with a cache",
-    doc="plain NumPy decoding steps: packed weights, norm gains folded in, RoPE as a matmul; no autograd, "
-        "no snapshots. generate() builds it and asks lean_decoding() before each step"))
+    doc="plain NumPy decoding steps on the model's own weight arrays (views, no copy; a model under "
+        "PACK_BYTES packed, gains folded in), RoPE as a matmul; no autograd, no snapshots. generate() builds "
+        "it and asks lean_decoding() before each step"))

@@ -358,6 +358,25 @@ class _Reference(Tracer):
         return True
 
 
+class _Enough(Exception):
+    """Raised by :class:`_UpTo` once a block has recorded every name it was asked for."""
+
+
+class _UpTo(_Reference):
+    """A :class:`_Reference` that ends a block's run (raising :class:`_Enough`) as soon as it has recorded
+    every name of ``pending``, so that nothing after those names is computed."""
+
+    pending: set | None = None      # the names the current block has still to record
+
+    def record(self, name, t):
+        t = super().record(name, t)
+        if self.pending is not None:
+            self.pending.discard(name)
+            if not self.pending:
+                raise _Enough
+        return t
+
+
 class _SameGraph(_Reference):
     """A :class:`_Reference` whose graph is a full trace's: every snapshot it does not record still gets the
     identity node a recorded one gets, so a backward sums each gradient in the full trace's order."""
@@ -493,18 +512,29 @@ class LazyTrace(Trace):
         return self
 
     def across(self, *locals_: str) -> dict[str, np.ndarray]:
-        """``layers.{i}.{local}`` of every block for each layer-local name, by one forward of the model's
-        reference code (values only, nothing kept): the head grid's softmax of every layer costs one
-        forward, not every block's snapshots."""
+        """``layers.{i}.{local}`` of every block for each layer-local name, values only, nothing kept.
+
+        Each block runs again from its kept input, under its reference code and the trace's
+        interventions, only until it has recorded those names: the head grid's softmax of every layer
+        costs every layer's norm and attention up to its softmax, not the model's whole forward."""
         names = [f"layers.{i}.{local}" for local in locals_ for i in range(len(self._inputs))]
         unknown = [k for k in names if k not in self.axes]
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not a snapshot of this model")
         if all(k in self._across for k in names):
             return {k: self._across[k] for k in names}     # kept from the forward
-        probe = _Reference(self._model, names, dtype=self._dtype, interventions=self._interventions)
-        with self._lock, ag.no_grad(), probe:
-            self._model(self._tokens)
+        model, n = self._model, self._n
+        rope = model.rotary.tables(np.arange(0, n))                        # (n, D/2) each
+        probe = _UpTo(model, names, dtype=self._dtype, interventions=self._interventions)
+        with self._lock, weights_frozen(model), ag.no_grad(), probe:
+            probe.begin_forward(n=n, m=n, start=0, tokens=self._tokens)
+            with kernels.chosen(model.kernel_slots, n=n, m=n, cache=None):
+                for i, block in enumerate(model.layers):
+                    probe.pending = {f"layers.{i}.{local}" for local in locals_}
+                    try:
+                        block(Tensor(np.asarray(self._inputs[i], dtype=model.dtype)[None]), rope, None, 0, None)
+                    except _Enough:                        # the block's names are recorded: the rest is not needed
+                        pass
         return dict(probe.trace.steps[0].values)
 
     # -- one forward and one backward on one graph -----------------------------------
