@@ -29,7 +29,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from .checks import ParameterError, check_int
+from .checks import ParameterError, ParameterTypeError, check_int
 from .limits import over_limit, parse_json
 
 __all__ = ["JsonConfig", "ModelConfig"]
