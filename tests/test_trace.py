@@ -1225,3 +1225,21 @@ def test_text_in_is_read_as_generate_reads_a_prompt_and_gives_the_logits():
         trace(model, "", tokenizer=tok)
     with pytest.raises(ParameterError, match="tokenizer has 270 ids but the model expects 53"):
         trace(Transformer(TINY, seed=0), text, tokenizer=tok)
+
+
+def test_the_logits_of_one_row_are_the_forwards_own_and_a_batch_keeps_a_copy_of_its_row():
+    """One row: trace.logits is the forward's output, read-only, not a second (n, V) array (the recorded
+    ``logits`` snapshot shares it); a batch: a copy of the kept row alone. Values as the model's forward."""
+    config = ModelConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=16)
+    model = randomize(Transformer(config, seed=0), np.random.default_rng(3))
+    ids = np.array([[3, 9, 4, 1, 7], [2, 8, 8, 5, 6]])
+    with ag.no_grad():
+        want = model(ids).data                                                  # (B, n, V)
+    one = tr.trace(model, ids[1])
+    np.testing.assert_array_equal(one.logits, one["logits"])
+    np.testing.assert_allclose(one.logits, want[1], rtol=1e-5, atol=1e-6)
+    assert np.shares_memory(one.logits, one["logits"]) and not one.logits.flags.writeable
+    both = tr.trace(model, ids, batch=1)
+    np.testing.assert_allclose(both.logits, want[1], rtol=1e-5, atol=1e-6)
+    assert both.logits.base is None or both.logits.base.shape == (5, 64)       # the row alone, not the batch
+    assert not both.logits.flags.writeable
