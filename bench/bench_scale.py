@@ -189,6 +189,45 @@ def phase_decode(path: str) -> dict:
             "peak_gb": _status_kb("VmHWM") * 1024 / 1e9, "above_model_gb": (_status_kb("VmHWM") - loaded) * 1024 / 1e9}
 
 
+def phase_gemms(path: str, repeats: int) -> dict:
+    """The matrix products of one untraced 256-token forward alone (every layer's seven weights and the head),
+    NumPy's BLAS beside PyTorch's on the same arrays, 1 thread: the floor under the forward's and the trace's
+    ratios to transformers, which no change to glassllm's own code can go below."""
+    import numpy as np
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from bench.benchlib import time_round_robin
+    from glassllm.checkpoint import load_model
+
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+    model, _, _ = load_model(path)
+    weights = [np.ascontiguousarray(w.data) for name, w in model.named_parameters() if w.ndim == 2
+               and not name.startswith("tok_embeddings")]
+    if model.config.tie_embeddings:                     # the head is the embedding, used once more
+        weights.append(np.ascontiguousarray(model.tok_embeddings.weight.data))
+    rng = np.random.default_rng(0)
+    xs = {c: rng.standard_normal((256, c), dtype=np.float32) for c in {w.shape[1] for w in weights}}  # (n, in)
+    pairs = [(xs[w.shape[1]], w) for w in weights]
+    torch_pairs = [(torch.from_numpy(x), torch.from_numpy(w.copy())) for x, w in pairs]
+
+    def numpy_run():
+        for x, w in pairs:
+            x @ w.T                                                     # (n, out)
+
+    def torch_run():
+        with torch.no_grad():
+            for x, w in torch_pairs:
+                torch.nn.functional.linear(x, w)                        # (n, out)
+    wall, cpu, _ = time_round_robin({"numpy": numpy_run, "torch": torch_run}, repeats)
+    blas = next((i["internal_api"] for i in threadpool_info() if i["user_api"] == "blas"), "?")
+    return {"products": len(pairs), "numpy_blas": blas,
+            "torch_blas": "mkl" if torch.backends.mkl.is_available() else "?",
+            **{f"{k}_s": statistics.median(v) for k, v in wall.items()},
+            **{f"{k}_cpu_s": statistics.median(v) for k, v in cpu.items()}}
+
+
 def _prompt(tokenizer, n: int) -> str:
     ids = tokenizer.encode(TEXT)[:n]
     text = tokenizer.decode(ids)
@@ -432,6 +471,7 @@ def run_shape(shape: str, work: Path, repeats: int, tl: bool, resume: bool = Fal
     }
     result["compute"] = phase(["compute", str(out_file), str(folder), str(repeats), "1" if tl else "0"])
     result["decode"] = phase(["decode", str(out_file)])
+    result["gemms"] = phase(["gemms", str(out_file), str(max(repeats, 5))])
     result["inspector"] = {str(n): phase(["inspector", str(out_file), str(n)]) for n in (32, 256)}
     print(f"[{shape}] inspector {result['inspector']}", file=sys.stderr)
     L = SHAPES[shape]["num_hidden_layers"]
@@ -508,6 +548,11 @@ def markdown(results: dict, env: dict) -> str:
             cell = lambda k: f"{row[k]:.2f} ({cpu[k]:.2f} CPU)" if k in row and k in cpu else ""  # noqa: E731
             lines.append(f"| {shape} | {key} (s) | {cell('glassllm')} | {cell('transformers')} | "
                          f"{cell('TransformerLens')} | {cell('glassllm lazy')} |")
+        if "gemms" in r:
+            g = r["gemms"]
+            lines.append(f"| {shape} | the forward 256's {g['products']} matrix products alone, NumPy ({g['numpy_blas']}) "
+                         f"beside PyTorch ({g['torch_blas']}) (s) | {g['numpy_s']:.2f} ({g['numpy_cpu_s']:.2f} CPU) | "
+                         f"{g['torch_s']:.2f} ({g['torch_cpu_s']:.2f} CPU) | | |")
         if "decode" in r:
             d = r["decode"]
             lines.append(f"| {shape} | 64 greedy tokens, a fresh process: time; peak RSS, and above the loaded model | "
@@ -531,6 +576,12 @@ def markdown(results: dict, env: dict) -> str:
             m = t["measured"]
             shown = "" if m is None else f"{m:.2f} {t['unit']}"
             lines.append(f"| {t['what']} | {shown} | {t['target']} | {'yes' if t['met'] else 'no'} |")
+    g = results.get("135m", {}).get("gemms")
+    if g:
+        lines += ["", f"At the 135M shape the forward's matrix products alone take "
+                      f"{g['numpy_cpu_s'] / g['torch_cpu_s']:.2f}x PyTorch's CPU time (NumPy's {g['numpy_blas']} "
+                      f"beside PyTorch's {g['torch_blas']}, the same shapes): the floor under the forward's and the "
+                      "trace's ratios to transformers."]
     lines += ["", f"Load average before/after: {env.get('load_average_before')} / {env.get('load_average_after')} "
               f"({env.get('cpu_count')} cores, shared with other jobs while measured)."]
     return "\n".join(lines) + "\n"
@@ -556,6 +607,7 @@ def main(argv=None) -> int:
         fn = {"load": lambda p, k: phase_load(p), "hf_load": lambda f, k: phase_hf_load(f),
               "import": lambda f, o, k: phase_import(f, o),
               "inspector": lambda p, n: phase_inspector(p, int(n)), "decode": phase_decode,
+              "gemms": lambda p, r: phase_gemms(p, int(r)),
               "export": lambda p, o, l: phase_export(p, o, None if l == "-" else l),
               "compute": lambda p, f, r, t: phase_compute(p, f, int(r), t == "1")}[kind]
         print(json.dumps(fn(*rest), default=float))
