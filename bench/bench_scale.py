@@ -582,9 +582,18 @@ def markdown(results: dict, env: dict) -> str:
                       f"{g['numpy_cpu_s'] / g['torch_cpu_s']:.2f}x PyTorch's CPU time (NumPy's {g['numpy_blas']} "
                       f"beside PyTorch's {g['torch_blas']}, the same shapes): the floor under the forward's and the "
                       "trace's ratios to transformers."]
-    lines += ["", f"Load average before/after: {env.get('load_average_before')} / {env.get('load_average_after')} "
-              f"({env.get('cpu_count')} cores, shared with other jobs while measured)."]
+    lines.append("")
+    for shape, r in results.items():                  # a shape measured again since keeps its own run's machine
+        e = r.get("environment", env)
+        cpu = f"{e['processor']}, " if e.get("processor") else ""
+        lines.append(f"{shape}: {cpu}{e.get('cpu_count')} cores, load average before/after "
+                     f"{_loads(e.get('load_average_before'))} / {_loads(e.get('load_average_after'))} "
+                     "(shared with other jobs while measured).")
     return "\n".join(lines) + "\n"
+
+
+def _loads(values) -> str:
+    return "?" if values is None else ", ".join(f"{v:.2f}" for v in values)
 
 
 def _merged(out: Path, measured: dict, entries: list[str], command: str) -> tuple[dict, str, dict]:
@@ -641,6 +650,8 @@ def main(argv=None) -> int:
             results[shape] = run_shape(shape, Path(tmp).resolve(), args.repeats, not args.no_tl, args.resume,
                                        not args.no_export)
     env = environment(load_before)
+    for r in results.values():
+        r["environment"] = env
     table = markdown(results, env)
     from datetime import datetime, timezone
 

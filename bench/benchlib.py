@@ -16,11 +16,11 @@ import numpy as np
 
 
 def environment(load_before=None) -> dict:
-    """Versions, CPU count, BLAS thread pools, OPENBLAS_* variables and the load average."""
+    """Versions, the processor, CPU count, BLAS thread pools, OPENBLAS_* variables and the load average."""
     from threadpoolctl import threadpool_info
 
     env = {"python": platform.python_version(), "numpy": np.__version__,
-           "machine": platform.machine(), "cpu_count": os.cpu_count()}
+           "machine": platform.machine(), "processor": processor(), "cpu_count": os.cpu_count()}
     try:
         import torch
         env["torch"] = torch.__version__
@@ -32,6 +32,19 @@ def environment(load_before=None) -> dict:
     env["threadpools"] = [{k: v for k, v in info.items() if k != "filepath"} for info in threadpool_info()]
     env["openblas_env"] = {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")}
     return env
+
+
+def processor() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what :func:`platform.processor` says: ratios
+    between two BLAS libraries, such as NumPy's OpenBLAS and PyTorch's MKL, depend on it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def write_report(path, report: dict) -> None:
