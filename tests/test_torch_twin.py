@@ -88,15 +88,20 @@ def test_logits_and_gradients_match_glassllm():
     theirs = twin(torch.from_numpy(tokens)).detach().numpy()
     np.testing.assert_allclose(theirs, ours, rtol=1e-10, atol=1e-10)
 
+    _same_loss_and_gradients(glass, twin, tokens, targets)
+
+
+
+def _same_loss_and_gradients(glass, twin, tokens, targets):
+    """One backward of the mean cross-entropy in each: the same loss, and every parameter's gradient."""
     loss = glass.loss(tokens, targets)
     loss.backward()
     tloss = twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets))
     tloss.backward()
     assert abs(tloss.item() - float(loss.data)) < 1e-10
+    ours = dict(glass.named_parameters())
     for name, p in twin.named_parameters():
-        g = dict(glass.named_parameters())[name].grad
-        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-8, atol=1e-11, err_msg=name)
-
+        np.testing.assert_allclose(p.grad.numpy(), ours[name].grad, rtol=1e-8, atol=1e-11, err_msg=name)
 
 def test_a_tied_twin_holds_one_matrix_and_its_gradient_is_glassllms():
     """A tied head is one Parameter in both (PyTorch's tied module): logits and the shared matrix's
@@ -109,14 +114,7 @@ def test_a_tied_twin_holds_one_matrix_and_its_gradient_is_glassllms():
     assert sum(p.numel() for p in twin.parameters()) == glass.num_params() == config.n_params
     rng = np.random.default_rng(7)
     tokens, targets = rng.integers(0, config.vocab_size, size=(2, 40)), rng.integers(0, config.vocab_size, (2, 40))
-    loss = glass.loss(tokens, targets)
-    loss.backward()
-    tloss = twin.loss(torch.from_numpy(tokens), torch.from_numpy(targets))
-    tloss.backward()
-    assert abs(tloss.item() - float(loss.data)) < 1e-10
-    for name, p in twin.named_parameters():
-        g = dict(glass.named_parameters())[name].grad
-        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-8, atol=1e-11, err_msg=name)
+    _same_loss_and_gradients(glass, twin, tokens, targets)
     back = to_glassllm(twin, dtype=np.float64)
     assert back.output.weight is back.tok_embeddings.weight
     assert set(back.state_dict()) == set(glass.state_dict()) and "output.weight" not in back.state_dict()
