@@ -177,9 +177,11 @@ def phase_decode(path: str) -> dict:
     from threadpoolctl import threadpool_limits
 
     from glassllm.checkpoint import load_model
+    from glassllm.heap import keep_freed_memory
     from glassllm.generate import generate
 
     threadpool_limits(1)
+    keep_freed_memory()
     model, _, _ = load_model(path)
     prompt = np.random.default_rng(0).integers(0, model.config.vocab_size - 1, 64).tolist()
     loaded = _status_kb("VmHWM")
@@ -199,9 +201,11 @@ def phase_gemms(path: str, repeats: int) -> dict:
 
     from bench.benchlib import time_round_robin
     from glassllm.checkpoint import load_model
+    from glassllm.heap import keep_freed_memory
 
     threadpool_limits(1)
     torch.set_num_threads(1)
+    keep_freed_memory()
     model, _, _ = load_model(path)
     weights = [np.ascontiguousarray(w.data) for name, w in model.named_parameters() if w.ndim == 2
                and not name.startswith("tok_embeddings")]
@@ -314,11 +318,13 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
     from bench.benchlib import time_round_robin
     from glassllm.autograd import no_grad
     from glassllm.checkpoint import load_model
+    from glassllm.heap import keep_freed_memory
     from glassllm.generate import generate
     from glassllm.trace import trace
 
     threadpool_limits(1)
     torch.set_num_threads(1)
+    keep_freed_memory()                                 # as every benchmark and the glassllm commands do
     model, tokenizer, _ = load_model(path)
     hf = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager").eval()
     perm = None

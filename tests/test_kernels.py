@@ -257,7 +257,11 @@ ROWS: dict[str, list[Callable]] = {
     "linear_stacked": [lambda dt, rng: OpCase(
         lambda x, a, b, c: ops.linear_stacked(x, (a, b, c)),
         lambda x, a, b, c: ag.concatenate([ag.linear(x, a), ag.linear(x, b), ag.linear(x, c)], -1),
-        [normal(rng, dt, *shape) for shape in ((2, 5, 6), (4, 6), (3, 6), (2, 6))], True)],
+        [normal(rng, dt, *shape) for shape in ((2, 5, 6), (4, 6), (3, 6), (2, 6))], True),
+        lambda dt, rng: OpCase(                         # fewer rows than inputs: each product into its columns
+            lambda x, a, b, c: ops.linear_stacked(x, (a, b, c)),
+            lambda x, a, b, c: ag.concatenate([ag.linear(x, a), ag.linear(x, b), ag.linear(x, c)], -1),
+            [normal(rng, dt, *shape) for shape in ((1, 3, 8), (4, 8), (3, 8), (2, 8))], True)],
     "softmax_inplace": [lambda dt, rng: softmax_case(dt, rng, copy=False),
                         lambda dt, rng: softmax_case(dt, rng, copy=True)],
     "row_sums": [lambda dt, rng: row_sums_case(dt, rng, lambda x: x, -1),                      # the GEMV

@@ -32,6 +32,10 @@ def swiglu(a) -> Tensor:
     F = a.shape[-1] // 2
     gate, up = a.data[..., :F], a.data[..., F:]                         # (..., F) views
     s = ag.sigmoid_np(gate)                                                  # (..., F)
+    if not (ag.is_grad_enabled() and a.requires_grad):                 # nothing to keep for a backward:
+        s *= gate                                                       # act, then act * up, on one array
+        s *= up
+        return ag.make_op(s, (a,), None)
     act = gate * s                                                      # (..., F)
 
     def backward(g):
