@@ -174,3 +174,30 @@ def test_across_runs_each_block_only_as_far_as_its_names_under_every_interventio
     lazy.across("attn.softmax")
     assert seen.count(("Attention", "softmax")) == config.n_layers
     assert not {("Attention", "mix"), ("Attention", "head_out"), ("Attention", "out"), ("Block", "resid_mid")} & set(seen)
+
+
+@pytest.mark.parametrize("targets", [False, True])
+def test_the_first_forward_leaves_out_the_vocabulary_softmax_until_it_is_read(monkeypatch, targets):
+    """``probs`` (n, V) feeds nothing downstream: the lazy trace's first forward, which runs every layer's
+    reference code, does not compute it; reading it runs the final norm and head again, and it equals a full
+    trace's, bit for bit (with a loss, its gradient too: zero, as the loss is taken from the logits)."""
+    import glassllm.autograd as ag
+
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=10, dtype=np.float64), np.random.default_rng(11))
+    ids = np.arange(3, 12) % config.vocab_size
+    kw = {"targets": np.roll(ids, -1)} if targets else {}
+    full = trace(model, ids, **kw)
+    widths = []
+    softmax = ag.softmax
+
+    def spy(x, axis=-1):
+        widths.append(x.shape[-1])
+        return softmax(x, axis=axis)
+    monkeypatch.setattr(ag, "softmax", spy)
+    lazy = trace(model, ids, lazy=True, **kw)
+    assert config.vocab_size not in widths                             # attention rows only (width n)
+    _close(lazy.get("probs"), full.get("probs"), "probs")
+    assert widths.count(config.vocab_size) == 1                         # computed once, when read
+    if targets:
+        _close(lazy.grad("probs"), full.grad("probs"), "grad probs")

@@ -237,9 +237,10 @@ class Module:
         return tracer.record(self._prefix + local, t)
 
     def snap_derived(self, local: str, fn, *args, **kwargs) -> None:
-        """Snapshot ``local`` = ``fn(*args, **kwargs)``, computed only when a tracer wants it
+        """Snapshot ``local`` = ``fn(*args, **kwargs)``, computed only when a tracer records or edits it
         (nothing downstream reads it, so an untraced forward skips the work)."""
-        if self.tracing(local):
+        tracer = self._tracer
+        if tracer is not None and tracer.observes(self._prefix + local):
             self.snap(local, fn(*args, **kwargs))
 
     def begin_forward(self, **step) -> None:

@@ -224,5 +224,8 @@ class _AfterPrompt(Tracer):
     def wants(self, names) -> bool:
         return len(self.steps) <= 1 or super().wants(names)
 
+    def observes(self, name) -> bool:
+        return len(self.steps) > 1 and super().observes(name)
+
     def record(self, name, t):
         return t if len(self.steps) <= 1 else super().record(name, t)

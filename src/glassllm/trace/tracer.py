@@ -104,9 +104,15 @@ class Tracer:
                                paths=dict(paths or {})))
 
     def wants(self, names) -> bool:
-        """Does any of these full names need to be seen (recorded or edited)?"""
+        """Does any of these full names need to be seen (recorded or edited)? A layer that runs a kernel
+        asks this: if so, it runs its reference code instead."""
         active = self._active
         return any(k in active for k in names)
+
+    def observes(self, name: str) -> bool:
+        """Is this full name recorded or edited? A snapshot that nothing downstream reads (``probs``) is
+        computed only then, even where :meth:`wants` makes every layer run its reference code."""
+        return name in self._active
 
     leaf_at_embedding = False       # trace(targets=): the weights need no gradient, the embedding is a leaf
 
