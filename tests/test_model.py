@@ -494,3 +494,19 @@ def test_loss_of_one_unbatched_row():
     config = ModelConfig(vocab_size=257, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=16)
     model = Transformer(config, dtype=np.float64)
     assert float(model.loss([1, 2, 3], [2, 3, 4]).data) == float(model.loss([[1, 2, 3]], [[2, 3, 4]]).data)
+
+
+def test_a_tracer_with_only_wants_and_record_still_sees_probs():
+    """The smallest tracer (begin_forward, wants, record) is enough: ``probs``, computed only for a tracer that
+    records it, reaches one that has no ``observes`` method, and equals the softmax of the logits."""
+    model = Transformer(TINY, seed=3, dtype=np.float64)
+    tracer = TeachingTracer()
+    assert not hasattr(tracer, "observes")
+    model.set_tracer(tracer)
+    try:
+        logits = model(np.array([[1, 2, 3]])).data
+    finally:
+        model.set_tracer(None)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    expected = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(tracer.values["probs"], expected, rtol=1e-12, atol=1e-15)

@@ -238,9 +238,14 @@ class Module:
 
     def snap_derived(self, local: str, fn, *args, **kwargs) -> None:
         """Snapshot ``local`` = ``fn(*args, **kwargs)``, computed only when a tracer records or edits it
-        (nothing downstream reads it, so an untraced forward skips the work)."""
+        (nothing downstream reads it, so an untraced forward skips the work). A tracer that has an
+        ``observes(name)`` method is asked that; one with only ``wants(names)`` is asked that."""
         tracer = self._tracer
-        if tracer is not None and tracer.observes(self._prefix + local):
+        if tracer is None:
+            return
+        name = self._prefix + local
+        observes = getattr(tracer, "observes", None)
+        if observes(name) if observes is not None else tracer.wants([name]):
             self.snap(local, fn(*args, **kwargs))
 
     def begin_forward(self, **step) -> None:
