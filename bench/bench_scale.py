@@ -177,8 +177,8 @@ def phase_decode(path: str) -> dict:
     from threadpoolctl import threadpool_limits
 
     from glassllm.checkpoint import load_model
-    from glassllm.heap import keep_freed_memory
     from glassllm.generate import generate
+    from glassllm.heap import keep_freed_memory
 
     threadpool_limits(1)
     keep_freed_memory()
@@ -318,8 +318,8 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
     from bench.benchlib import time_round_robin
     from glassllm.autograd import no_grad
     from glassllm.checkpoint import load_model
-    from glassllm.heap import keep_freed_memory
     from glassllm.generate import generate
+    from glassllm.heap import keep_freed_memory
     from glassllm.trace import trace
 
     threadpool_limits(1)

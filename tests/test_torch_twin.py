@@ -91,7 +91,6 @@ def test_logits_and_gradients_match_glassllm():
     _same_loss_and_gradients(glass, twin, tokens, targets)
 
 
-
 def _same_loss_and_gradients(glass, twin, tokens, targets):
     """One backward of the mean cross-entropy in each: the same loss, and every parameter's gradient."""
     loss = glass.loss(tokens, targets)
@@ -102,6 +101,7 @@ def _same_loss_and_gradients(glass, twin, tokens, targets):
     ours = dict(glass.named_parameters())
     for name, p in twin.named_parameters():
         np.testing.assert_allclose(p.grad.numpy(), ours[name].grad, rtol=1e-8, atol=1e-11, err_msg=name)
+
 
 def test_a_tied_twin_holds_one_matrix_and_its_gradient_is_glassllms():
     """A tied head is one Parameter in both (PyTorch's tied module): logits and the shared matrix's

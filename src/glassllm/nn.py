@@ -238,14 +238,8 @@ class Module:
 
     def snap_derived(self, local: str, fn, *args, **kwargs) -> None:
         """Snapshot ``local`` = ``fn(*args, **kwargs)``, computed only when a tracer records or edits it
-        (nothing downstream reads it, so an untraced forward skips the work). A tracer that has an
-        ``observes(name)`` method is asked that; one with only ``wants(names)`` is asked that."""
-        tracer = self._tracer
-        if tracer is None:
-            return
-        name = self._prefix + local
-        observes = getattr(tracer, "observes", None)
-        if observes(name) if observes is not None else tracer.wants([name]):
+        (nothing downstream reads it, so an untraced forward skips the work)."""
+        if self.tracing(local):
             self.snap(local, fn(*args, **kwargs))
 
     def begin_forward(self, **step) -> None:
@@ -254,9 +248,14 @@ class Module:
             self._tracer.begin_forward(**step)
 
     def tracing(self, *locals_: str) -> bool:
-        """Does the attached tracer want any of these snapshots (values, grads or edits)?"""
+        """Does the attached tracer record or edit any of these snapshots (values, grads or edits)? Asked
+        through its ``observes(name)``; a tracer with only ``wants(names)`` is asked that."""
         tracer = self._tracer
-        return tracer is not None and tracer.wants([self._prefix + s for s in locals_])
+        if tracer is None:
+            return False
+        names = [self._prefix + s for s in locals_]
+        observes = getattr(tracer, "observes", None)
+        return any(map(observes, names)) if observes is not None else tracer.wants(names)
 
     def snapshot_axes(self) -> dict[str, tuple[str, ...]]:
         """Full snapshot name -> axis names, in the order the forward pass produces them."""
