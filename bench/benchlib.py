@@ -1,7 +1,8 @@
 """What every benchmark script records about the machine, and how it writes its JSON.
 
 Benchmarks run as modules from the repository root (``python -m bench.bench_x``)
-and import it as ``bench.benchlib``.
+and import it as ``bench.benchlib``; ``bench/run``, a script, imports it from its own folder, and so
+this module imports NumPy only where it is used (``bench/run`` works without it).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def environment(load_before=None) -> dict:
     """Versions, the processor, CPU count, BLAS thread pools, OPENBLAS_* variables and the load average."""
+    import numpy as np
     from threadpoolctl import threadpool_info
 
     env = {"python": platform.python_version(), "numpy": np.__version__,
