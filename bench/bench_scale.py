@@ -13,7 +13,8 @@ Measured, 1 BLAS thread (``--threads``), medians of ``--repeats``:
 - load: a glassllm model file and the folder with ``LlamaForCausalLM.from_pretrained``, each in a fresh
   process (wall time; peak RSS above the interpreter's, as a multiple of the file size);
 - import: ``glassllm import FOLDER OUT`` in a fresh process (wall time, peak RSS over the folder's size);
-- forward of 64 and 256 tokens (untraced), a full trace of 256 tokens (every snapshot; transformers with
+- forward of 64 and 256 tokens (untraced; at 256, glassllm's also with every layer's reference code, the
+  code a trace runs, to show what a trace adds to it), a full trace of 256 tokens (every snapshot; transformers with
   every hidden state and attention, TransformerLens ``run_with_cache``), gradients of 256 tokens (the
   loss back-propagated; glassllm's full trace and its lazy trace), 64 greedy tokens;
 - decoding alone, in a fresh process: 64 greedy tokens and the peak RSS they add above the loaded model;
@@ -316,6 +317,7 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
     from transformers import LlamaForCausalLM
 
     from bench.benchlib import time_round_robin
+    from glassllm import kernels
     from glassllm.autograd import no_grad
     from glassllm.checkpoint import load_model
     from glassllm.generate import generate
@@ -363,6 +365,12 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
                 return hf(hf_ids[n]).logits
         return run
 
+    def fwd_reference(n):                               # every layer's reference code, as a trace runs it
+        def run():
+            with no_grad(), kernels.disabled():
+                return model(ids[n][None]).data
+        return run
+
     def fwd_tl(n):
         def run():
             with torch.no_grad():
@@ -379,6 +387,8 @@ def phase_compute(path: str, folder: str, repeats: int, tl: bool) -> dict:
 
     for n in (64, 256):
         runs = {"glassllm": fwd_ours(n), "transformers": fwd_hf(n)}
+        if n == 256:
+            runs["glassllm reference"] = fwd_reference(n)
         if bridge is not None:
             runs["TransformerLens"] = fwd_tl(n)
         measure(f"forward {n}", runs)
@@ -554,6 +564,9 @@ def markdown(results: dict, env: dict) -> str:
             cell = lambda k: f"{row[k]:.2f} ({cpu[k]:.2f} CPU)" if k in row and k in cpu else ""  # noqa: E731
             lines.append(f"| {shape} | {key} (s) | {cell('glassllm')} | {cell('transformers')} | "
                          f"{cell('TransformerLens')} | {cell('glassllm lazy')} |")
+            if "glassllm reference" in row:
+                lines.append(f"| {shape} | {key}, every layer's reference code (the code a trace runs), untraced (s) | "
+                             f"{cell('glassllm reference')} | | | |")
         if "gemms" in r:
             g = r["gemms"]
             lines.append(f"| {shape} | the forward 256's {g['products']} matrix products alone, NumPy ({g['numpy_blas']}) "
