@@ -376,23 +376,26 @@ def test_training_step_at_context_2048_holds_no_t_by_t_buffer():
     assert peak - before < one_head_scores, f"peak {(peak - before) / 2**20:.1f} MiB >= one T x T buffer"
 
 
-def test_freed_activations_of_gigabytes_are_reused_without_page_faults():
-    # A width-512 training step frees ~1.3 GB at the end of its backward, and a trace with gradients of
-    # a 360M-parameter Llama (256 tokens) 4.7 GB. Under any finite trim threshold, glibc hands memory
-    # past it back and the next step faults every page in again. Two rounds of 3 GiB in 20 MiB arrays
-    # (below the mmap threshold, so from the heap; past a trim threshold of 2 GiB): the second must
-    # not fault.
-    code = """
+@pytest.mark.parametrize("count, mib", [(154, 20), (8, 64)], ids=["3 GiB in 20 MiB blocks", "512 MiB in 64 MiB blocks"])
+def test_freed_arrays_are_reused_without_page_faults(count, mib):
+    # Glibc hands memory back past its trim threshold (2 GiB at most, finite) and unmaps every block
+    # above its mmap threshold (32 MiB at most) when it is freed. A width-512 training step frees
+    # ~1.3 GB at the end of its backward, a trace with gradients of a 360M-parameter Llama (256 tokens)
+    # 4.7 GB, and a 1.1B-parameter Llama's trace makes a 67 MB attn.head_out in every layer. Two rounds
+    # of `count` arrays of `mib` MiB, with NumPy's huge-page advice off so that every 4 KiB page that is
+    # new shows as a fault: the second round must not fault.
+    code = f"""
 import resource
 import numpy as np
 from glassllm.heap import keep_freed_memory
 keep_freed_memory()
+(getattr(np, "_core", None) or np.core).multiarray._set_madvise_hugepage(False)
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 def round_trip():
-    arrays = [np.ones(5 << 20, dtype=np.float32) for _ in range(154)]   # 154 x 20 MiB, touched
+    arrays = [np.ones({mib} << 18, dtype=np.float32) for _ in range({count})]   # touched
     del arrays
 
 round_trip()
@@ -402,38 +405,7 @@ print(faults() - before)
 """
     env = {k: v for k, v in os.environ.items() if k != "GLASSLLM_SYSTEM_MALLOC"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    pages = (154 * 20 << 20) // 4096
-    assert int(out.stdout) < pages // 100, f"{out.stdout.strip()} page faults re-touching {pages} freed pages"
-
-
-def test_freed_arrays_larger_than_the_mmap_threshold_are_reused_without_page_faults():
-    # glibc gives a block above its mmap threshold (32 MiB at most) pages of its own and unmaps them
-    # when it is freed: a 1.1B-parameter Llama's trace makes a 67 MB attn.head_out in every layer.
-    # Two rounds of eight 64 MiB arrays, with NumPy's huge-page advice off so that every 4 KiB page
-    # that is new shows as a fault: the second round must not fault.
-    code = """
-import resource
-import numpy as np
-from glassllm.heap import keep_freed_memory
-keep_freed_memory()
-core = getattr(np, "_core", None) or np.core
-core.multiarray._set_madvise_hugepage(False)
-
-def faults():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-def round_trip():
-    arrays = [np.ones(16 << 20, dtype=np.float32) for _ in range(8)]   # 8 x 64 MiB, touched
-    del arrays
-
-round_trip()
-before = faults()
-round_trip()
-print(faults() - before)
-"""
-    env = {k: v for k, v in os.environ.items() if k != "GLASSLLM_SYSTEM_MALLOC"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    pages = (8 * 64 << 20) // 4096
+    pages = (count * mib << 20) // 4096
     assert int(out.stdout) < pages // 100, f"{out.stdout.strip()} page faults re-touching {pages} freed pages"
 
 
