@@ -131,7 +131,14 @@ def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path
                 if inner:
                     break
                 time.sleep(0.2)
-            assert inner, "the widget's inspector never became ready"
+            if not inner:                                         # say what the page shows, for the next look
+                page.screenshot(path=str(tmp_path / "jupyterlab.png"))
+                states = [f.evaluate("() => ({ready: !!(window.glass && window.glass.ready), next: !!(window.glass"
+                                     " && window.glass.next), errors: Array.from(document.querySelectorAll("
+                                     "'[id$=\"-error\"]')).map((e) => e.textContent).filter(Boolean)})")
+                          for f in page.frames if f.url == "about:srcdoc"]
+                raise AssertionError(f"the widget's inspector never became ready: {states}; "
+                                     f"the page is in {tmp_path / 'jupyterlab.png'}")
             assert inner.evaluate("() => document.getElementById('mode-line').textContent").startswith(
                 "live: this notebook's kernel")
             inner.evaluate("() => window.glass.intervene({kind: 'ablate', layer: 2, head: 1})")
