@@ -22,7 +22,8 @@ large model passes: a trace of 256 tokens through a 1.1B-parameter Llama makes
 a 67 MB ``attn.head_out`` in every layer, and one with gradients through a
 360M-parameter Llama holds 4.7 GB in all. Under the largest finite limits
 ``mallopt`` takes (blocks above 32 MiB mapped, the heap trimmed past 2 GiB),
-each such trace faulted its memory in afresh: the 1.1B trace took 6.2 s of CPU time instead of 5.1.
+each such trace faulted its memory in afresh: the 1.1B trace took 6.2 s of
+CPU time instead of 5.1.
 
 Who calls it. Nothing happens on import: the setting belongs to the process,
 so the program decides. The ``glassllm`` commands that run the model step
