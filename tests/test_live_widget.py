@@ -61,6 +61,28 @@ def test_the_kernel_answers_every_request_as_the_server_does():
         glassllm.show(PROMPT, live="yes")
 
 
+@needs_bundled
+def test_an_error_inside_the_model_is_answered_in_one_line_and_logged(monkeypatch, caplog):
+    """The page waits for an answer to every request it sends: a bug gets one too, as the server's 500."""
+    pytest.importorskip("anywidget")
+    pytest.importorskip("fastapi")
+    import glassllm
+
+    view = glassllm.show(PROMPT, live=True)
+    sent = []
+    view.send = sent.append
+
+    def broken(req):
+        raise KeyError("layers.9")
+    monkeypatch.setattr(view.inspector, "next_token", broken)
+    with caplog.at_level("ERROR", logger="glassllm.inspector"):
+        view._on_request(view, {"id": 3, "kind": "next", "body": {"prompt": PROMPT}}, [])
+    assert sent == [{"id": 3, "error": "internal error (KeyError); see the kernel's log"}]
+    assert "internal error on a 'next' request" in caplog.text and "KeyError: 'layers.9'" in caplog.text
+    view._on_request(view, {"id": 4, "kind": "info", "body": None}, [])
+    assert sent[-1]["id"] == 4 and sent[-1]["answer"]["prompt"] == PROMPT      # the view still answers
+
+
 # ---------------------------------------------------------------------------------------------- in Chromium
 
 @needs_bundled
@@ -123,13 +145,11 @@ def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path
             except Exception:
                 page.screenshot(path=str(tmp_path / "jupyterlab.png"))
                 raise AssertionError(f"no widget in the notebook; the page is in {tmp_path / 'jupyterlab.png'}")
-            inner = None
-            for _ in range(600):
+            inner, deadline = None, time.monotonic() + 240      # the kernel loads the model, then traces
+            while inner is None and time.monotonic() < deadline:
                 inner = next((f for f in page.frames if f.url == "about:srcdoc"
                               and f.evaluate("() => !!(window.glass && window.glass.ready && window.glass.next)")),
                              None)
-                if inner:
-                    break
                 time.sleep(0.2)
             if not inner:                                         # say what the page shows, for the next look
                 page.screenshot(path=str(tmp_path / "jupyterlab.png"))

@@ -16,10 +16,14 @@ the offline ``glassllm.show(prompt)`` is the view to keep.
 The path of a request: the page posts ``{glass: "ask", id, kind, body}`` to its
 frame's parent; the widget's script sends ``{id, kind, body}`` to the kernel;
 :meth:`LiveView._on_request` answers ``{id, answer}`` or ``{id, error}``; the
-script posts ``{glass: "answer", ...}`` back into the frame.
+script posts ``{glass: "answer", ...}`` back into the frame. Every request is
+answered: an error inside the model is logged and answered, as the server
+answers it, with a generic one-line error.
 """
 
 from __future__ import annotations
+
+import logging
 
 from ..checks import check_int
 from ..optional import require
@@ -34,6 +38,8 @@ import traitlets  # noqa: E402  (anywidget brings it)
 ValidationError = require("pydantic", "the inspector").ValidationError
 
 __all__ = ["LiveView", "answer"]
+
+log = logging.getLogger("glassllm.inspector")
 
 # Request kind -> (its body's model, the Inspector method that answers it): the server's routes.
 REQUESTS = {
@@ -116,5 +122,8 @@ class LiveView(anywidget.AnyWidget):
                      "answer": answer(self.inspector, self.prompt, content.get("kind"), content.get("body"))}
         except (ValueError, TypeError) as e:
             reply = {"id": content["id"], "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+        except Exception as e:                         # a bug: logged, and the page says so instead of waiting
+            log.exception("inspector: internal error on a %r request", content.get("kind"))
+            reply = {"id": content["id"], "error": f"internal error ({type(e).__name__}); see the kernel's log"}
         self.answered += 1
         self.send(reply)
