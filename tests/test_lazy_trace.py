@@ -14,7 +14,7 @@ import pytest
 
 from glassllm.nn import Transformer
 from glassllm.trace import LazyTrace, trace
-from glassllm.trace.interventions import MaskOff, ZeroAblate
+from glassllm.trace.interventions import Edit, MaskOff, Patch, Steer, ZeroAblate
 from tests.support.glassllm_testing import CONFIGS, randomize
 
 
@@ -201,3 +201,70 @@ def test_the_first_forward_leaves_out_the_vocabulary_softmax_until_it_is_read(mo
     assert widths.count(config.vocab_size) == 1                         # computed once, when read
     if targets:
         _close(lazy.grad("probs"), full.grad("probs"), "grad probs")
+
+
+def _block_input_changes(model, ids):
+    """Interventions on a block's input (and output): each is made once, and a gradient stops where the
+    change cuts the graph."""
+    C = model.config.dim
+    v = np.linspace(-1.0, 1.0, C)
+    source = trace(model, ids[::-1].copy(), names=["layers.1.resid_pre"]).get("layers.1.resid_pre")
+    return {
+        "steer": [Steer("layers.1.resid_pre", v, 0.5)],
+        "edit": [Edit("layers.1.resid_pre", lambda x: x * 0.5)],        # a new tensor: no gradient flows back
+        "patch": [Patch("blocks.1.hook_resid_pre", source, positions=[1, 3])],
+        "two": [Steer("layers.0.resid_pre", v, -0.25), Steer("layers.1.resid_post", v, 1.0),
+                Edit("layers.2.resid_pre", lambda x: x + 1.0)],
+    }
+
+
+@pytest.mark.parametrize("change", ["steer", "edit", "patch", "two"])
+@pytest.mark.parametrize("graph", [True, False])
+def test_an_intervention_on_a_blocks_input_is_made_once(change, graph):
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=8, dtype=np.float64), np.random.default_rng(9))
+    ids = np.arange(2, 12) % config.vocab_size
+    targets = (ids * 7 + 3) % config.vocab_size
+    interventions = _block_input_changes(model, ids)[change]
+    full = trace(model, ids, targets=targets, interventions=interventions)
+    if graph:                                           # one forward and one backward on one graph
+        lazy = LazyTrace(model, ids, targets, interventions, keep_bytes=0)
+    else:                                               # the backward a block at a time
+        lazy = LazyTrace(model, ids, None, interventions, keep_bytes=0).backward(targets)
+    assert lazy.loss == full.loss
+    names = full.names()
+    for k in names:
+        _close(lazy.get(k), full.get(k), k)
+        if not k.endswith("attn.mask"):
+            _close(lazy.grad(k), full.grad(k), "grad " + k)
+    if change == "edit":
+        assert not full.grad("layers.0.resid_post").any() and not lazy.grad("layers.0.attn.q").any()
+    values = trace(model, ids, interventions=interventions)
+    across = LazyTrace(model, ids, None, interventions).across("attn.softmax", "attn_norm.in")
+    for k, a in across.items():
+        _close(a, values.get(k), "across " + k)
+
+
+def test_a_lazy_trace_is_a_mapping_of_every_name():
+    config = CONFIGS["mqa"]
+    model = Transformer(config, seed=0)
+    ids = np.arange(6) % config.vocab_size
+    full, lazy = trace(model, ids), trace(model, ids, lazy=True)
+    assert len(lazy) == len(full) and list(lazy) == list(full) and set(lazy.keys()) == set(full.keys())
+    assert "layers.1.attn.q" in lazy and ("attn.softmax", 0) in lazy and "blocks.0.attn.hook_pattern" in lazy
+    assert "attn.nope" not in lazy
+    _close(lazy["layers.1.attn.q"], full["layers.1.attn.q"], "q")
+    _close(lazy["pattern", -1], full["pattern", -1], "pattern")
+    _close(lazy["logits"], full["logits"], "logits")
+    with pytest.raises(KeyError, match="attn.nope"):
+        lazy["attn.nope", 0]
+
+
+def test_a_lazy_trace_longer_than_the_context_is_refused_in_one_line():
+    model = Transformer(CONFIGS["mqa"], seed=0)
+    n = model.config.max_seq_len + 1
+    ids = np.arange(n) % model.config.vocab_size
+    for targets in (None, ids):
+        with pytest.raises(ValueError, match=f"sequence of {n} positions .* exceeds the context length "
+                                             f"{n - 1}$"):
+            trace(model, ids, targets=targets, lazy=True)

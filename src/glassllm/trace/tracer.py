@@ -363,10 +363,25 @@ def _targets(targets, shape: tuple, loss_at) -> np.ndarray:
 
 class _Reference(Tracer):
     """A tracer under which every layer runs its reference code (as under a tracer that records
-    everything), whatever it records: a lazy trace's passes compute what a full trace computes."""
+    everything), whatever it records: a lazy trace's passes compute what a full trace computes.
+
+    ``entering`` keeps, for each block input (``layers.{i}.resid_pre``) that an intervention changes,
+    the tensor that arrived before the change: the block runs again from it, so that the change is made
+    once, and its gradient is what flows on to the block before (zero where an edit cut the graph)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.entering: dict[str, Tensor] = {}
 
     def wants(self, names) -> bool:
         return True
+
+    def record(self, name, t):
+        if name in self._edits and name.endswith(".resid_pre"):
+            if ag.is_grad_enabled() and t.requires_grad:
+                t = ag.reshape(t, t.shape).retain_grad()                  # d loss / d the block's input
+            self.entering[name] = t
+        return super().record(name, t)
 
 
 class _Enough(Exception):
@@ -440,6 +455,9 @@ class LazyTrace(Trace):
     only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB). ``graph``: keep
     the forward's graph for one :meth:`backward` (memory: every block's intermediates until then).
     ``nbytes`` is what the trace holds now; ``reserved_bytes`` what it may grow to.
+
+    As a mapping it holds every name, whether computed yet or not: ``lazy["attn.softmax", 2]`` computes
+    block 2 as :meth:`get` does, and ``len``, ``in`` and iteration see every snapshot of the model.
     """
 
     def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20,
@@ -447,6 +465,9 @@ class LazyTrace(Trace):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
+        if tokens.shape[1] > model.config.max_seq_len:                  # as the model refuses it
+            raise ValueError(f"sequence of {tokens.shape[1]} positions (start 0 + {tokens.shape[1]} new) exceeds "
+                             f"the context length {model.config.max_seq_len}")
         keep_bytes = check_int("keep_bytes", keep_bytes, low=0)
         shared = {id(p.data): p.data for p in model.parameters()}
         self._model = copy.deepcopy(model, shared)          # its own modules (and tracer slot), the same weights
@@ -472,7 +493,10 @@ class LazyTrace(Trace):
             with ag.no_grad(), probe:
                 self._model(tokens)
         step = probe.trace.steps[0]
-        self._inputs = [step.values[f"layers.{i}.resid_pre"] for i in range(L)]       # (n, C) each
+        # What each block receives: its resid_pre before that name's interventions, which a block run
+        # again applies itself (the same array where none applies).
+        self._inputs = [probe._keep(k, probe.entering[k].data) if k in probe.entering else step.values[k]
+                        for k in (f"layers.{i}.resid_pre" for i in range(L))]       # (n, C) each
         self._final = step.values[f"layers.{L - 1}.resid_post"]                         # (n, C)
         self.last_logits = np.array(step.values["logits"][-1])                          # (V,)
         logits = step.values["logits"]                                                  # (n, V), as trace() keeps
@@ -482,7 +506,7 @@ class LazyTrace(Trace):
             [repr(iv) for iv in self._interventions])
         self._always = dict(kept)
         # The residual stream between the blocks, as kept: read without computing a block.
-        self._streams = {f"layers.{i}.resid_pre": a for i, a in enumerate(self._inputs)}
+        self._streams = {f"layers.{i}.resid_pre": step.values[f"layers.{i}.resid_pre"] for i in range(L)}
         self._streams[f"layers.{L - 1}.resid_post"] = self._final
         self.logits = logits
         self._out_grads: list[np.ndarray | None] = [None] * L
@@ -587,7 +611,13 @@ class LazyTrace(Trace):
         probe.collect_grads()
         grads = probe.trace.steps[0].grads
         for i in range(L - 1):
-            self._out_grads[i] = grads[f"layers.{i + 1}.resid_pre"]           # (n, C)
+            k = f"layers.{i + 1}.resid_pre"
+            entering = probe.entering.get(k)                                  # an intervention changes it
+            if entering is None:
+                self._out_grads[i] = grads[k]                                 # (n, C)
+            else:
+                g = entering.grad
+                self._out_grads[i] = self._stored(np.zeros_like(entering.data) if g is None else g)
         self._out_grads[L - 1] = grads[f"layers.{L - 1}.resid_post"]
         g = self._stored(leaf.grad if leaf.grad is not None else np.zeros_like(leaf.data))  # (n, C)
         self.steps[0].grads["embed"] = g
@@ -614,6 +644,22 @@ class LazyTrace(Trace):
         return self.nbytes - self._held + min(self._keep, self._all_blocks)
 
     # -- reading -----------------------------------------------------------------
+    # The mapping holds every name: reading one computes its block, as get() does.
+    def __getitem__(self, key) -> np.ndarray:
+        return self.get(self._key(key))
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key) -> bool:
+        try:
+            return self._key(key) in self.axes
+        except KeyError:
+            return False
+
     def _read(self, name, layer, head, step, grads: bool) -> np.ndarray:
         full = self.name(name, layer)
         self.step(step)                                      # one step: refuses another index
