@@ -174,6 +174,12 @@ def test_layer_position_sweep_matches_transformer_lens_hooks(ours, raw):
             want[layer, p] = float(logits[0, -1, answer] - logits[0, -1, wrong])
     assert np.ptp(want) > 1e-2                                       # the cells differ: a real comparison
     np.testing.assert_allclose(np.asarray(sweep), want, **TOL)
+    # The same sweep named by TransformerLens' hook, as a glob over the blocks or by its short name.
+    for name in ("blocks.*.hook_resid_pre", "hook_resid_pre"):
+        again = patching.layer_position(model, clean, corrupt, name=name, metric=patching.logit_diff(answer, wrong))
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(sweep), err_msg=name)
+    with pytest.raises(ValueError, match=r"name must be layer-local .* got 'blocks.0.hook_resid_pre'$"):
+        patching.layer_position(model, clean, corrupt, name="blocks.0.hook_resid_pre")
 
 
 def test_a_hook_under_backward_matches_a_transformer_lens_hook(ours, raw):
@@ -235,6 +241,15 @@ def test_names_take_transformer_lens_hooks_and_a_hook_filter(ours, raw):
     assert list(filtered) == [f"layers.{i}.resid_post" for i in range(CONFIG.n_layers)]
     theirs = [k for k in cache if k.endswith("hook_resid_post")]
     assert [transformer_lens_name(k) for k in filtered] == theirs
+    # A hook name with its block and layer= must agree, as a glassllm name must; a glob takes the layer.
+    t = trace(model, ids)
+    np.testing.assert_allclose(t.get("blocks.*.attn.hook_pattern", layer=1),
+                               cache["blocks.1.attn.hook_pattern"][0].numpy(), **TOL)
+    assert t.name("blocks.1.attn.hook_pattern", layer=1) == t.name("layers.*.attn.softmax", layer=1) == \
+        "layers.1.attn.softmax"
+    for name in ("blocks.1.attn.hook_pattern", "layers.1.attn.softmax"):
+        with pytest.raises(ValueError, match=f"'{name}' names another layer than layer=0"):
+            t.get(name, layer=0)
 
 
 @pytest.mark.browser

@@ -111,6 +111,9 @@ class _Sweep:
         self.clean, self.corrupt = _check_pair(model, clean, corrupt)
         axes = model.snapshot_axes()
         self.L = model.config.n_layers
+        if isinstance(name, str) and len(resolve(name, axes)) == 1:        # one layer's snapshot, not a kind
+            raise ValueError(f"name must be layer-local (resid_pre, attn.mix, hook_resid_pre or a glob such as "
+                             f"blocks.*.attn.hook_z): the sweep patches it in every layer; got {name!r}")
         self.names = [resolve(name, axes, layer=i)[0] for i in range(self.L)]
         self.axes = axes[self.names[0]]
         with ag.no_grad():

@@ -112,10 +112,15 @@ def resolve(pattern, axes: dict, layer=None) -> list[str]:
     n_layers = len({k.split(".")[1] for k in axes if k.startswith("layers.")})
     if layer is not None:
         layer = check_layer(layer, n_layers)
-        if not pattern.startswith("layers."):
+        head = next((h for h in ("layers.", "blocks.") if pattern.startswith(h)), None)
+        if head is None:
             pattern = f"layers.{layer}.{pattern}"
-        elif not pattern.startswith(f"layers.{layer}."):
-            raise ValueError(f"{pattern!r} names another layer than layer={layer}")
+        else:                                   # a name with its layer (glassllm's or TransformerLens'), or a glob
+            part, _, rest = pattern[len(head):].partition(".")
+            if not fnmatch.fnmatchcase(str(layer), part):
+                raise ValueError(f"{pattern!r} names another layer than layer={layer}")
+            pattern = f"{head}{layer}.{rest}"
+            given = pattern
     found = [k for k in axes if fnmatch.fnmatchcase(k, pattern)]
     if not found and not pattern.startswith("layers."):
         found = [k for k in axes if fnmatch.fnmatchcase(k, "layers.*." + pattern)]
