@@ -89,6 +89,14 @@ def test_show_takes_a_model_object_or_a_file_and_more_views(bundled, tmp_path):
     assert [k for k in data["responses"] if '"kind":"ablate"' in k]
     file_view = glassllm.show(PROMPT, bundled_model_path(), steps=0, names="attn.softmax")
     assert _data(file_view.page)["responses"].keys() <= data["responses"].keys()
+    # TransformerLens' names for the same snapshot, and a glob, choose the page's names.
+    for other in ("attn.hook_pattern", "pattern", ["blocks.*.attn.hook_pattern"]):
+        again = glassllm.show(PROMPT, model, tokenizer, steps=0, names=other, interventions=True)
+        assert _data(again.page)["responses"] == data["responses"], other
+    globbed = _data(glassllm.show(PROMPT, model, tokenizer, steps=0, names="attn.*").page)
+    shown = {json.loads(k.split(":", 1)[1]).get("name") for k in globbed["responses"] if k.startswith("snapshot:")}
+    assert {"attn.q", "attn.softmax", "attn.head_out", "attn.out"} <= shown and all(
+        n.startswith("attn.") for n in shown)
     view.save(tmp_path / "page.html")
     assert (tmp_path / "page.html").read_text(encoding="utf-8") == view.page
 
@@ -97,6 +105,8 @@ def test_show_takes_a_model_object_or_a_file_and_more_views(bundled, tmp_path):
     (("",), {}, "prompt"),
     ((PROMPT,), {"steps": -1}, "steps must be in [0, 64], got -1"),
     ((PROMPT,), {"names": ["attn.nope"]}, "unknown snapshot name(s) 'attn.nope'"),
+    ((PROMPT,), {"names": ["layers.1.attn.softmax"]}, "unknown snapshot name(s) 'layers.1.attn.softmax'; "
+                                                      "expected layer-local names"),
     ((PROMPT,), {"height": 10}, "height must be in [200, 4000] (pixels), got 10"),
     ((PROMPT, object()), {}, "model= is a model object: pass its tokenizer= too"),
 ])

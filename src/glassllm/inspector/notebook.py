@@ -33,6 +33,7 @@ import html
 import io
 import json
 import os
+import re
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from ..checks import check_int
 from ..nn import causal_mask
 from ..optional import require
 from ..trace import trace as run_trace
+from ..trace.registry import resolve
 from .data import Inspector
 from .export import build_responses, render_html
 from .schema import Limits, PromptRequest, describe_validation_error, shown
@@ -125,7 +127,8 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     ``model``: None (the bundled model), a model file's path, or a
     :class:`~glassllm.nn.Transformer` with its ``tokenizer``. ``steps``: greedy
     decoding steps to include; ``names``: the snapshots to include (layer-local
-    names such as ``attn.softmax``; None: all); ``interventions``: include head
+    names such as ``attn.softmax``, globs such as ``attn.*`` or TransformerLens hook names
+    such as ``attn.hook_pattern``, each shown in every layer; None: all); ``interventions``: include head
     ablations, mask switches and score temperatures. Raises ``ValueError`` for a
     prompt the inspector refuses or a bad argument.
     """
@@ -145,7 +148,7 @@ def show(prompt: str, model=None, tokenizer=None, *, steps: int = 2, names=INLIN
     inspector = (Inspector if interventions else _NoInterventions)(model, tokenizer, meta=meta)
     limit = inspector.limits.max_new_tokens
     steps = check_int("steps", steps, low=0, high=limit)
-    names = _check_names(names, inspector.local_names())
+    names = _check_names(names, inspector.local_names(), inspector.axes)
     inspector.encode(prompt)                               # too long: the inspector's own message
     responses = build_responses(inspector, prompt, steps)
     kept = {k: v for k, v in responses.items() if _keep(k, names, interventions)}
@@ -189,17 +192,35 @@ class _NoInterventions(Inspector):
         super()._check_intervention(iv, n)
 
 
-def _check_names(names, known: list[str]):
+def _check_names(names, known: list[str], axes: dict) -> set[str]:
+    """The page's names (layer-local) that ``names`` choose: each a page name, a glob of them (``attn.*``) or
+    a TransformerLens hook name without its block (``attn.hook_pattern``, ``pattern``). The page shows a
+    chosen name in every layer, so a name with its layer (``layers.2.attn.softmax``) is refused."""
     if names is None:
         return set(known)
     if isinstance(names, str):
         names = [names]
-    names = set(names)
-    unknown = sorted(names - set(known))
+    chosen, unknown = set(), []
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"names must be snapshot names (str), got {name!r}")
+        found = []
+        if name in known:
+            found = [name]
+        elif not re.match(r"(layers|blocks)\.\d+\.", name):
+            try:
+                found = resolve(name, axes)
+            except ValueError:
+                pass
+        local = {k.split(".", 2)[2] if k.startswith("layers.") else k for k in found} & set(known)
+        chosen |= local
+        if not local:
+            unknown.append(name)
     if unknown:
-        raise ValueError(f"unknown snapshot name(s) {', '.join(map(repr, unknown))}; expected layer-local "
-                         f"names such as 'attn.softmax', one of: {', '.join(known)}")
-    return names
+        raise ValueError(f"unknown snapshot name(s) {', '.join(map(repr, sorted(unknown)))}; expected layer-local "
+                         f"names such as 'attn.softmax' (or 'attn.*', or TransformerLens' 'attn.hook_pattern'), "
+                         f"one of: {', '.join(known)}")
+    return chosen
 
 
 class _Recorded(Inspector):
