@@ -698,6 +698,10 @@ def test_save_and_load_round_trip(tiny_model, tmp_path):
             np.testing.assert_array_equal(s.grads[k], s0.grads[k])
     assert set(back.steps[0].grads) == {"layers.0.attn.softmax", "layers.1.attn.softmax", "logits"}
     assert back.steps[1].grads == {}
+    np.testing.assert_array_equal(back.logits, logits.data[0])         # recorded: the first forward's logits
+    unrecorded = trace(tiny_model, toks, names=["embed"])
+    unrecorded.save(tmp_path / "embed.npz")
+    assert unrecorded.logits is not None and load_trace(tmp_path / "embed.npz").logits is None
 
     # Any npz reader gets the arrays and the manifest.
     with np.load(path) as z:

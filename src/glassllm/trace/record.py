@@ -285,7 +285,9 @@ class Trace(Mapping):
     def save(self, path) -> None:
         """Write the trace to ``path`` as a ``.npz`` with ``manifest.json`` inside, atomically.
 
-        Array members: ``values/{step}/{name}.npy`` and ``grads/{step}/{name}.npy``.
+        Array members: ``values/{step}/{name}.npy`` and ``grads/{step}/{name}.npy``: the recorded
+        snapshots. The file holds :attr:`logits` only as the ``logits`` snapshot, when ``names=``
+        recorded it (:func:`load_trace` then sets ``logits`` from it; otherwise None).
         """
         save_trace(self, path)
 
@@ -304,4 +306,6 @@ def load_trace(path) -> Trace:
     trace = Trace(config, registry(config), manifest["names"], steps, manifest["batch"], manifest["dtype"],
                   manifest["interventions"])
     trace.loss = manifest.get("loss")
+    if steps and "logits" in steps[0].values:
+        trace.logits = steps[0].values["logits"]           # (n, V): what trace() hands back, when recorded
     return trace
