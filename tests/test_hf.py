@@ -619,3 +619,19 @@ def test_export_of_a_non_model_file(tmp_path, capsys):
     f.write_bytes(b"\x00" * 16)
     assert cli.main(["export", str(f), "--format", "hf", str(tmp_path / "o")]) == 2
     assert "not a glassllm model file" in capsys.readouterr().err
+
+
+def test_the_word_bundled_names_the_bundled_model_wherever_a_model_file_is_taken(exported, tmp_path, capsys):
+    bundled = checkpoint.bundled_model_path()
+    if not bundled.exists():
+        pytest.skip("this installation has no bundled model")
+    out = tmp_path / "hf"
+    assert cli.main(["export", "bundled", "--format", "hf", str(out)]) == 0
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (out / name).read_bytes() == (exported / name).read_bytes(), name
+    capsys.readouterr()
+    args = ["generate", "Once upon a time", "--max-new-tokens", "5", "--seed", "0"]
+    assert cli.main(args) == 0
+    default = capsys.readouterr().out
+    assert cli.main(args + ["--model", "bundled"]) == 0
+    assert capsys.readouterr().out == default

@@ -33,13 +33,24 @@ def option_for(parser: argparse.ArgumentParser, param: str) -> str | None:
     return option if option in parser._option_string_actions else None
 
 
-def load_model_option(path):
-    """The model of a ``--model FILE`` option: ``(model, tokenizer, metadata)``; None = the bundled model."""
+def model_file(spec):
+    """The path a model argument names: None or ``"bundled"`` is the bundled model, anything else a file."""
+    from pathlib import Path
+
     from .. import checkpoint
 
-    if path is None:
+    if spec is None or spec == "bundled":
         path = checkpoint.bundled_model_path()
         if not path.exists():
-            raise ValueError(f"no --model FILE given and the bundled model {str(path)!r} is missing "
-                             "from this installation")
-    return checkpoint.load_model(path)
+            raise ValueError(f"the bundled model {str(path)!r} is missing from this installation; "
+                             "name a model file")
+        return path
+    return Path(spec)
+
+
+def load_model_option(path):
+    """The model of a ``--model FILE`` option: ``(model, tokenizer, metadata)``; None or ``"bundled"`` = the
+    bundled model."""
+    from .. import checkpoint
+
+    return checkpoint.load_model(model_file(path))

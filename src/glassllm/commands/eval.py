@@ -26,7 +26,7 @@ def add_cli(name: str, parser) -> None:
         "bits/byte = total nats / (ln 2 x the UTF-8 bytes of the documents' text). Counted bytes are the "
         "stories' own, the same way for every tokenizer: separators between stories (the lines "
         "'\\n<|endoftext|>\\n', <s>, </s>) count 0 bytes.")
-    parser.add_argument("--model", metavar="FILE", help="model file (default: the bundled TinyStories model)")
+    parser.add_argument("--model", metavar="FILE", help="model file (default, or 'bundled': the bundled TinyStories model)")
     parser.add_argument("--data", nargs="+", metavar="PATH", required=True,
                         help="text files or folders to evaluate on (same forms as train --data)")
     parser.add_argument("--per-document", action="store_true",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ..interop.hf import export_hf
+from . import model_file
 
 __all__ = ["add_cli", "run"]
 
 
 def add_cli(name: str, parser) -> None:
-    parser.add_argument("file", metavar="FILE", help="a glassllm model file")
+    parser.add_argument("file", metavar="FILE", help="a glassllm model file ('bundled': the bundled model)")
     parser.add_argument("--format", choices=["hf"], default="hf",
                         help="target format: hf = a Hugging Face transformers Llama folder (default)")
     parser.add_argument("dir", metavar="DIR", help="the folder to write")
@@ -16,7 +17,7 @@ def add_cli(name: str, parser) -> None:
 
 
 def run(args) -> int:
-    out = export_hf(args.file, args.dir)
+    out = export_hf(model_file(args.file), args.dir)
     print(f"wrote a Hugging Face Llama folder to {out}/ (config.json, model.safetensors, tokenizer.json, "
           "tokenizer_config.json, generation_config.json)")
     return 0

@@ -25,7 +25,7 @@ def quoted(piece: str) -> str:
 def add_cli(name: str, parser) -> None:
     parser.add_argument("prompt", metavar="PROMPT", help="the text to continue ('<|endoftext|>' starts a fresh story)")
     parser.add_argument("--model", metavar="FILE", default=None,
-                        help="model file (default: the bundled TinyStories model)")
+                        help="model file (default, or 'bundled': the bundled TinyStories model)")
     parser.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                         help="stop after N new tokens (default: 200, or as many as the model's context has room for)")
     parser.add_argument("--temperature", type=float, default=1.0, metavar="T",

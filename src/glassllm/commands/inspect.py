@@ -27,7 +27,7 @@ import sys
 import threading
 
 from ..optional import require
-from . import load_model_option
+from . import model_file
 
 __all__ = ["add_cli", "run", "load_inspected", "DEFAULT_PROMPT", "DEFAULT_PORT"]
 
@@ -39,7 +39,7 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("prompt", nargs="?", default=None, metavar="PROMPT",
                         help=f"the text to inspect (default: {DEFAULT_PROMPT!r})")
     parser.add_argument("--model", metavar="FILE", default=None,
-                        help="model file (default: the bundled TinyStories model)")
+                        help="model file (default, or 'bundled': the bundled TinyStories model)")
     parser.add_argument("--run", metavar="DIR", default=None,
                         help="a training run's folder: its model.safetensors, and its timeline.safetensors in a "
                              "Training tab (the probe's attention at log-spaced steps, next to the loss curve)")
@@ -101,9 +101,8 @@ def load_inspected(path, run=None):
                               label=f"--run {run!r}")
         if not timeline_path_for(folder).is_file():
             raise ValueError(f"--run {run!r} holds no timeline.safetensors (train with --timeline-points N, N > 0)")
-    model, tokenizer, meta = load_model_option(path)
-    if path is None:
-        path = checkpoint.bundled_model_path()
+    path = model_file(path)
+    model, tokenizer, meta = checkpoint.load_model(path)
     beside = timeline_path_for(Path(run) if run is not None else Path(path))
     return model, tokenizer, meta, load_timeline(beside) if beside.is_file() else None
 

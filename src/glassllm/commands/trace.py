@@ -39,7 +39,7 @@ def add_cli(name: str, parser) -> None:
     parser.add_argument("--head", type=int, default=None, metavar="H",
                         help="the head of a snapshot with a head axis (query head; key/value head for k, v)")
     parser.add_argument("--model", metavar="FILE", default=None,
-                        help="model file (default: the bundled TinyStories model)")
+                        help="model file (default, or 'bundled': the bundled TinyStories model)")
     parser.add_argument("--decimals", type=int, default=3, metavar="N", help="digits after the point (default: 3)")
     parser.add_argument("--max-columns", type=int, default=12, metavar="N",
                         help="columns shown of a feature axis (C, D, F, V; default: 12); positions are all shown")

@@ -23,6 +23,7 @@ from ..optional import require
 from ..tokenizers import Tokenizer
 from ..train import DTYPES, RECIPES, Trainer, TrainConfig, blas_threads, lock_run_folder
 from ..train.trainer import PROGRESS
+from . import model_file
 
 __all__ = ["add_cli", "run", "add_config_options", "given_options"]
 
@@ -275,7 +276,7 @@ def _init_model(spec: str, args, config: TrainConfig, model_opts: dict):
         flag = "--" + changed[0].replace("_", "-")
         raise ValueError(f"{flag} cannot change the architecture of --init-from {spec}: fine-tuning keeps it "
                          "(only --max-seq-len, the context, may grow)")
-    path = checkpoint.bundled_model_path() if spec == "bundled" else Path(spec)
+    path = model_file(spec)
     if not path.exists():
         raise ValueError(f"--init-from {spec!r} does not exist; expected a model file, 'bundled', a .gguf, a "
                          "llama2.c .bin or a Hugging Face folder")
