@@ -25,6 +25,7 @@ import pytest
 import glassllm
 from glassllm.checkpoint import bundled_model_path, load_bundled
 from glassllm.trace import ZeroAblate, trace
+from tests.test_inspector_browser import browser  # noqa: F401  (a fixture: Chromium, or a skip saying why)
 
 pytest.importorskip("fastapi")
 pytestmark = pytest.mark.skipif(not bundled_model_path().exists(), reason="needs the bundled model")
@@ -263,3 +264,30 @@ def test_a_saved_notebook_keeps_a_static_picture_of_the_first_view(bundled, tmp_
     image = matplotlib.image.imread(io.BytesIO(base64.b64decode(saved["image/png"])), format="png")
     assert image.shape[:2] == (416, 512)                           # 6.4 x 5.2 inches at 80 dpi
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20  # a drawn heatmap, not a blank
+
+
+@pytest.mark.browser
+def test_a_trace_of_one_later_layer_opens_on_that_layer(bundled, browser, tmp_path):
+    """A trace that recorded layer 2 alone: the page opens on layer 2, drawn from the trace's own numbers."""
+    model, tokenizer, _ = bundled
+    ids = tokenizer.encode_prompt("Once upon a time there was a little dog")
+    t = trace(model, ids, names=["layers.2.attn.softmax", "logits"])
+    view = t.show(tokenizer)
+    assert _data(_page(view))["info"]["first_layer"] == 2
+    path = tmp_path / "layer2.html"
+    view.save(path)
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(path.as_uri())
+        page.wait_for_function("() => window.glass && window.glass.ready && window.glass.heatmap", timeout=60_000)
+        shown = page.evaluate("() => ({name: glass.heatmap.name, head: glass.heatmap.head, values: "
+                              "Array.from(glass.heatmap.values), error: document.getElementById('view-error').hidden"
+                              " ? null : document.getElementById('view-error').textContent})")
+    finally:
+        page.close()
+    assert not errors and shown["error"] is None, (errors, shown["error"])
+    assert shown["name"] == "layers.2.attn.softmax" and shown["head"] == 0
+    np.testing.assert_array_equal(np.array(shown["values"], dtype=np.float32),
+                                  t.get("attn.softmax", layer=2, head=0).ravel())

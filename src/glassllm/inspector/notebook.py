@@ -168,11 +168,19 @@ def _first_view(held) -> str:
     return "attn.softmax" if "attn.softmax" in held else sorted(held)[0]
 
 
+def first_layer(recorded, local: str) -> int:
+    """The first layer in which the trace ``recorded`` holds the layer-local name ``local``: the page opens there
+    (0 for a name outside the layers)."""
+    held = set(recorded.names())
+    return next((i for i in range(recorded.config.n_layers) if f"layers.{i}.{local}" in held), 0)
+
+
 def first_view_png(recorded, local: str, tokenizer=None) -> bytes:
-    """The page's first view (layer 0, head 0 of ``local``) of a trace, drawn by :meth:`Trace.plot` as PNG bytes."""
+    """The page's first view (the first layer holding ``local``, head 0) of a trace, drawn by :meth:`Trace.plot`
+    as PNG bytes."""
     Figure = require("matplotlib.figure", "the notebook view's static picture").Figure   # no pyplot: no backend
 
-    full = local if local in recorded.axes else f"layers.0.{local}"
+    full = local if local in recorded.axes else f"layers.{first_layer(recorded, local)}.{local}"
     head = 0 if any(a in ("H", "G") for a in recorded.axes[full]) else None
     ax = Figure(figsize=(6.4, 5.2), dpi=80, constrained_layout=True).add_subplot()
     recorded.plot(full, head=head, step=0, tokenizer=tokenizer, ax=ax)
@@ -341,7 +349,8 @@ def _recorded_view(source: "_Recorded", text: str, title: str, height: int) -> I
     kept = {k: v for k, v in kept.items() if _keep(k, held, False)}
     tokenizer = None if isinstance(source.tokenizer, _NoTokenizer) else source.tokenizer
     png = first_view_png(source.run.trace, _first_view(held), tokenizer)
-    return InlineView(render_html(source.info(), text, kept), title, height, png)
+    info = {**source.info(), "first_layer": first_layer(source.run.trace, _first_view(held))}
+    return InlineView(render_html(info, text, kept), title, height, png)
 
 
 # ---------------------------------------------------------------------------------------------- arrays of any model

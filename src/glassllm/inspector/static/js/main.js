@@ -42,7 +42,7 @@ glass.started = (async function start() {
     $("prompt").readOnly = true;
     $("run").disabled = true;
   }
-  state.layer = 0; state.head = 0;
+  state.layer = info.first_layer || 0; state.head = 0;        // a recorded trace's page: its first recorded layer
   state.name = state.names["attn.softmax"] && state.names["attn.softmax"].held ? "attn.softmax"
     : info.names.find((n) => n.held).name;
   Controls.sync();
