@@ -183,3 +183,22 @@ def test_the_installed_version_is_glassllm_version():
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"glassllm is not installed as the distribution {optional.DISTRIBUTION} here")
     assert installed == glassllm.__version__                        # pyproject reads it from glassllm/__init__.py
+
+
+def test_the_torch_trainer_run_without_torch_says_so_in_one_line(tmp_path):
+    """``python -m glassllm.torch.train_ddp`` (what torchrun runs) is a command: no traceback, exit 2; an
+    ``import glassllm.torch`` in a program still raises MissingExtra."""
+    import os
+
+    fake = tmp_path / "torch"                                   # a torch that is not there
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src")])}
+    run = subprocess.run([sys.executable, "-m", "glassllm.torch.train_ddp", "--data", "x.txt", "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("glassllm.torch: error: glassllm.torch needs the package torch, which is not "
+                                 "installed") and '".[torch]"' in run.stderr
+    imported = subprocess.run([sys.executable, "-c", "import glassllm.torch"], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=120)
+    assert imported.returncode == 1 and "glassllm.optional.MissingExtra: glassllm.torch needs" in imported.stderr

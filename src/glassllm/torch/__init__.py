@@ -10,9 +10,17 @@ the result then opens in the glass box (``glassllm inspect``, the tracer).
 - :mod:`glassllm.torch.train_ddp`: the DistributedDataParallel trainer.
 """
 
-from ..optional import require
+import sys
 
-require("torch", "glassllm.torch")               # the real PyTorch (imports here are absolute)
+from ..optional import MissingExtra, require
+
+try:
+    require("torch", "glassllm.torch")           # the real PyTorch (imports here are absolute)
+except MissingExtra as e:
+    if sys.argv[:1] == ["-m"]:                   # python -m glassllm.torch.train_ddp (or torchrun -m): a command
+        print(f"glassllm.torch: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise
 
 from .model import Transformer, from_glassllm, load_model, save_model, to_glassllm
 
