@@ -248,3 +248,11 @@ def test_a_bad_option_is_one_line_with_a_pointer_to_help(capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.count("\n") == 1
     assert err == "glassllm generate: error: argument --seed: invalid int value: 'abc' (see glassllm generate --help)\n"
+    # An argument no command knows is said by the command it was given to, with that command's help.
+    for argv, command in ((["generate", "hi", "--bogus"], "glassllm generate"), (["tokenize", "hi", "extra"],
+                          "glassllm tokenize"), (["--bogus"], "glassllm")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == (f"{command}: error: unrecognized arguments: {argv[-1]} "
+                                           f"(see {command} --help)\n")

@@ -43,7 +43,7 @@ import importlib  # noqa: E402
 _RESERVE = bytearray(1 << 20)
 
 # Options whose values are files or folders, by their metavar: "" is refused for all of them.
-PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT")
+PATH_METAVARS = ("FILE", "DIR", "PATH", "OUT", "MODEL")
 
 # subcommand -> (module that implements it, one-line help)
 COMMANDS = {
@@ -147,7 +147,10 @@ def _last_line(text: str) -> None:
 
 def _main(argv: list[str]) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                                   # said by the command's own parser: its name, its --help
+        where = _subparser(parser, args.command) if getattr(args, "command", None) else parser
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.command_line = ["glassllm", *argv]       # what was typed, for the records a command keeps
     if not getattr(args, "func", None):
         parser.print_help()

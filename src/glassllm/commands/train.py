@@ -96,7 +96,8 @@ def add_cli(name: str, parser) -> None:
     parser.description = ("Train a glassllm model from scratch on text files with AdamW, a warm-up + cosine "
                           "schedule and gradient clipping, or fine-tune a model file (--init-from). The run "
                           "folder gets model.safetensors (the file to generate with), train_state.safetensors "
-                          "(for --resume), tokenizer.json, loss.csv and loss.png.")
+                          "(for --resume), tokenizer.json, loss.csv and loss.png (drawn with matplotlib, the "
+                          "[app] extra).")
     io_ = parser.add_argument_group("data and run folder")
     io_.add_argument("--data", nargs="+", metavar="PATH",
                      help="training text: files, folders (their *.txt), 'glassllm:stories' (4,000 "
