@@ -635,3 +635,15 @@ def test_the_word_bundled_names_the_bundled_model_wherever_a_model_file_is_taken
     default = capsys.readouterr().out
     assert cli.main(args + ["--model", "bundled"]) == 0
     assert capsys.readouterr().out == default
+
+
+def test_import_hf_says_it_reads_folders_only(capsys):
+    """import-hf, the older name, reads Hugging Face folders alone: its help offers nothing else."""
+    with pytest.raises(SystemExit):
+        cli.main(["import-hf", "--help"])
+    older = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["import", "--help"])
+    newer = capsys.readouterr().out
+    assert "--tokenizer" in newer and "--tokenizer" not in older
+    assert "a Hugging Face Llama folder (glassllm import also reads .gguf" in " ".join(older.split())

@@ -11,11 +11,16 @@ __all__ = ["add_cli", "run"]
 
 
 def add_cli(name: str, parser) -> None:
-    parser.add_argument("source", metavar="PATH", help="a Hugging Face Llama folder, a .gguf file, or a llama2.c "
-                        ".bin (with tokenizer.bin beside it)")
+    if name == "import-hf":                      # the older name reads Hugging Face folders only
+        parser.add_argument("source", metavar="PATH", help="a Hugging Face Llama folder (glassllm import also "
+                            "reads .gguf files and llama2.c .bin checkpoints)")
+    else:
+        parser.add_argument("source", metavar="PATH", help="a Hugging Face Llama folder, a .gguf file, or a "
+                            "llama2.c .bin (with tokenizer.bin beside it)")
     parser.add_argument("out", metavar="OUT", help="the glassllm model file to write")
-    parser.add_argument("--tokenizer", metavar="FILE", default=None,
-                        help="llama2.c only: the tokenizer.bin (default: the one beside the .bin)")
+    if name != "import-hf":
+        parser.add_argument("--tokenizer", metavar="FILE", default=None,
+                            help="llama2.c only: the tokenizer.bin (default: the one beside the .bin)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default=None,
                         help="precision of the model file (default: float32; a Hugging Face folder of F64 "
                              "tensors stays float64)")
@@ -24,7 +29,8 @@ def add_cli(name: str, parser) -> None:
 
 def run(args) -> int:
     # import-hf, the older name, reads only Hugging Face folders (and says so of anything else).
-    model, tok, kind, perm = import_model(args.source, args.out, dtype=args.dtype, tokenizer=args.tokenizer,
+    model, tok, kind, perm = import_model(args.source, args.out, dtype=args.dtype,
+                                          tokenizer=getattr(args, "tokenizer", None),
                                           kind="hf" if args.command == "import-hf" else None)
     c = model.config
     what = {"hf": "Hugging Face folder", "gguf": "GGUF file", "llama2c": "llama2.c checkpoint"}[kind]
