@@ -198,9 +198,32 @@ def test_a_file_that_fails_to_run_is_a_wrong_answer(tmp_path, capsys):
     assert "softmax returned list, expected a NumPy array" in capsys.readouterr().out
 
 
+def test_sys_exit_in_the_file_is_a_wrong_answer_not_a_pass(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)                 # the file named as students name it, relative
+    bad = tmp_path / "a.py"
+    bad.write_text("def softmax(x):\n    import sys\n    sys.exit(0)\n", encoding="utf-8")
+    assert main(["check", "softmax", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("softmax: wrong: softmax raised SystemExit(0): sys.exit was called"), out
+    assert len(out.strip().splitlines()) == 2, out
+    bad.write_text("import numpy as np\nraise SystemExit(5)\n", encoding="utf-8")
+    assert main(["check", "softmax", "a.py"]) == 1
+    out = capsys.readouterr().out
+    assert out.strip() == "softmax: wrong: a.py line 2 raised SystemExit(5): sys.exit was called", out
+
+
+def test_ctrl_c_in_the_file_still_interrupts(tmp_path, capsys):
+    bad = tmp_path / "a.py"
+    bad.write_text("def softmax(x):\n    raise KeyboardInterrupt\n", encoding="utf-8")
+    assert main(["check", "softmax", str(bad)]) == 130
+    assert capsys.readouterr().err.strip() == "glassllm check: interrupted"
+
+
 def test_bad_usage_is_exit_code_2_with_one_line(tmp_path, capsys):
     other = tmp_path / "other.py"
     other.write_text("def soft_max(x):\n    return x\n", encoding="utf-8")
+    not_utf8 = tmp_path / "not_utf8.py"
+    not_utf8.write_bytes(b"\xff\xfe bad")
     cases = [
         (["check", "softmax", str(tmp_path / "missing.py")], "no such file"),
         (["check", "softmax", str(other)], "defines no function softmax()"),
@@ -208,6 +231,9 @@ def test_bad_usage_is_exit_code_2_with_one_line(tmp_path, capsys):
         (["check"], "name an exercise"),
         (["check", "softmax"], "name the file to check"),
         (["check", "softmax", ""], "empty path"),
+        (["check", "softmax", str(tmp_path)], f"{str(tmp_path)!r}: is a folder, not a file"),
+        (["check", "softmax", str(not_utf8)], "not_utf8.py' is not UTF-8 text (byte 0xff at position 0); "
+                                              "expected a Python source file in UTF-8"),
     ]
     for argv, expected in cases:
         assert main(argv) == 2, argv

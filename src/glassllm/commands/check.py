@@ -6,8 +6,8 @@
     glassllm check softmax --stub > softmax.py  # the stub to fill in
     glassllm check softmax softmax.py           # 0: right; 1: wrong, with what is wrong
 
-Bad usage (an unknown exercise, a missing file, a syntax error, a file without the function)
-is exit code 2, like every other command's bad input.
+Bad usage (an unknown exercise, a missing file, a folder, a file not in UTF-8, a syntax error,
+a file without the function) is exit code 2, like every other command's bad input.
 """
 
 from __future__ import annotations

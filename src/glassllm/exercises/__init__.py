@@ -110,15 +110,21 @@ def check(name: str, answer) -> Result:
 def load_function(path, name: str):
     """The function ``name`` defined in the Python file at ``path``.
 
-    A missing file is an ``OSError``; a file that is not valid Python (a syntax
-    error: nothing could run) or does not define ``name`` is a ``ValueError``. A
-    file that fails while it runs (an exception at import) is the student's answer
-    failing: a failed :class:`Result`.
+    A missing file or a folder is an ``OSError``; a file that is not UTF-8 or not
+    valid Python (a syntax error: nothing could run) or does not define ``name`` is
+    a ``ValueError``. A file that fails while it runs (an exception or sys.exit at
+    import) is the student's answer failing: a failed :class:`Result`.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a folder, not a file", str(path))
     if not path.is_file():
         raise FileNotFoundError(2, "no such file", str(path))
-    source = path.read_text(encoding="utf-8")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at position "
+                         f"{e.start}); expected a Python source file in UTF-8") from None
     try:
         compile(source, str(path), "exec")
     except SyntaxError as e:                  # nothing ran: the check could not start, it did not find a wrong answer
@@ -128,11 +134,11 @@ def load_function(path, name: str):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # the student's file failed while it ran
+    except (Exception, SystemExit) as e:  # the student's file failed while it ran
         line = next((fr.lineno for fr in reversed(traceback.extract_tb(e.__traceback__))
-                     if fr.filename == str(path)), None)
+                     if fr.filename == spec.origin), None)
         at = f" line {line}" if line else ""
-        return Result(False, f"{name}: wrong: {path.name}{at} raised {type(e).__name__}: {e}")
+        return Result(False, f"{name}: wrong: {path.name}{at} raised {checks.raised(e)}")
     finally:
         sys.modules.pop(module_name, None)
     f = getattr(module, name, None)

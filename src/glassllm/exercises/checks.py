@@ -39,14 +39,22 @@ def _tol(dtype) -> float:
     return 2e-5 if np.dtype(dtype) == np.float32 else 1e-9
 
 
+def raised(e: BaseException) -> str:
+    """An exception from the student's code in words: ``ZeroDivisionError: division by zero``,
+    or ``SystemExit(0): sys.exit was called``."""
+    if isinstance(e, SystemExit):
+        return f"SystemExit({e.code!r}): sys.exit was called"
+    return f"{type(e).__name__}: {e}"
+
+
 def _call(f, name: str, args: tuple, on: str):
-    """``f(*args)`` as a NumPy array; any exception or non-array answer is a Wrong."""
+    """``f(*args)`` as a NumPy array; any exception (sys.exit too) or non-array answer is a Wrong."""
     try:
         out = f(*args)
     except NotImplementedError:
         raise Wrong(f"{name.split('(')[0]} is not written yet: it raises NotImplementedError") from None
-    except Exception as e:  # the student's code failed: say how, on which input
-        raise Wrong(f"{name} raised {type(e).__name__}: {e}\n  on: {on}") from None
+    except (Exception, SystemExit) as e:  # the student's code failed: say how, on which input
+        raise Wrong(f"{name} raised {raised(e)}\n  on: {on}") from None
     if not isinstance(out, np.ndarray):
         raise Wrong(f"{name} returned {type(out).__name__}, expected a NumPy array\n  on: {on}")
     return out
