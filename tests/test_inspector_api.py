@@ -375,9 +375,22 @@ BAD = [
     ("next", {"prompt": PROMPT, "intervention": {"kind": "edit", "layer": 0, "name": "attn.softmax", "head": 0,
                                                  "row": 0, "col": 1, "value": 0.5}}, "is a future key, masked"),
     ("snapshot", {"prompt": PROMPT, "name": "mlp.act", "layer": 1, "intervention": {
-        "kind": "edit", "layer": 0, "name": "attn_norm.rms", "row": 0, "col": 0, "value": 0.0}}, "non-finite"),
+        "kind": "edit", "layer": 0, "name": "attn_norm.rms", "row": 0, "col": 0, "value": 0.0}},
+     "arithmetic overflows or divides by zero; give smaller values, and no 0 where the model divides"),
     ("snapshot", [1, 2, 3], "JSON object"),
 ]
+
+
+def test_an_intervention_index_out_of_range_is_refused_with_the_range_the_api_takes(client):
+    """The API takes layers and heads >= 0 (a negative one is refused): its errors offer no "-4..-1 from the end",
+    which the Python API takes."""
+    for iv, said in (({"kind": "ablate", "layer": 0, "head": 99}, "intervention head=99 is out of range: "
+                                                                   "expected 0..3"),
+                     ({"kind": "mask_off", "layer": 9}, "intervention layer=9 is out of range: expected 0..3")):
+        r = post(client, "next", {"prompt": PROMPT, "intervention": iv})
+        assert r.status_code == 400 and r.json()["error"] == said
+        r = post(client, "next", {"prompt": PROMPT, "intervention": {**iv, "layer": -1}})
+        assert r.status_code == 400 and "must be an int >= 0" in r.json()["error"]
 
 
 @pytest.mark.parametrize("kind, body, message", BAD, ids=[f"{k}-{m}" for k, _, m in BAD])

@@ -10,6 +10,8 @@ check raises a ``ValueError`` with one line that the server answers as HTTP 400.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..trace.interventions import HEAD_AXES, from_fields
@@ -118,8 +120,13 @@ def check_target(req, config) -> None:
 def check_intervention(iv, axes: dict, config, n: int) -> None:
     """Refuse an intervention body this model and an n-token prompt cannot take, naming the bad field
     (a :class:`~glassllm.checks.ParameterError` from :func:`glassllm.trace.interventions.from_fields`)."""
-    if iv is not None:
+    if iv is None:
+        return
+    try:
         from_fields(**iv.model_dump(), axes=axes, config=config, n=n)
+    except ValueError as e:              # the API takes indices >= 0: no "-4..-1 from the end" offered
+        e.args = (re.sub(r" \(or -\d+\.\.-1 from the end\)", "", str(e)),)
+        raise
 
 
 def check_top_k(req, config) -> None:

@@ -137,9 +137,9 @@ class Tracer:
             with np.errstate(invalid="ignore"):
                 broken = np.isnan(t.data).any() or np.isposinf(t.data).any()   # -inf is a mask's, and fine
             if broken:
-                raise ValueError(f"after {self._edited[1]!r}, snapshot {name!r} is non-finite (NaN or +inf): the changed "
-                                 f"numbers overflow what the model computes in {np.dtype(t.dtype).name}; "
-                                 "give smaller values")
+                raise ValueError(f"after {self._edited[1]!r}, snapshot {name!r} is non-finite (NaN or +inf): with the "
+                                 f"changed numbers the model's {np.dtype(t.dtype).name} arithmetic overflows or "
+                                 "divides by zero; give smaller values, and no 0 where the model divides (a norm's rms)")
         if name in self.selected:
             if ag.is_grad_enabled() and t.requires_grad:
                 # An identity node of its own, so that this name gets its own gradient.
