@@ -86,6 +86,12 @@ def test_json_and_npy(capsys, bundled, tmp_path):
     assert doc["shape"] == list(want.shape) and doc["tokens"] == tokenizer.pieces(tokens)
     np.testing.assert_array_equal(np.array(doc["values"], dtype=want.dtype), want)
     np.testing.assert_array_equal(np.load(path), want)
+    # A negative layer and head count from the end, and are named by the index they stand for.
+    code, out, _ = _run(capsys, "trace", PROMPT, "--snapshot", "attn.k", "--layer", "-1", "--head", "-1", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["name"] == "layers.3.attn.k" and doc["head"] == model.config.n_kv_heads - 1
+    code, out, _ = _run(capsys, "trace", PROMPT, "--snapshot", "attn.softmax", "--layer", "-1", "--head", "-1")
+    assert code == 0 and out.startswith(f"layers.3.attn.softmax, head {model.config.n_heads - 1} ")
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -96,9 +102,11 @@ def test_json_and_npy(capsys, bundled, tmp_path):
     (["--snapshot", "attn.softmax", "--layer", "9", "--head", "0"], "layer 9"),
     (["--snapshot", "attn.softmax", "--layer", "0", "--head", "7"], "7"),
     (["--snapshot", "logits", "--decimals", "40"], "--decimals"),
+    (["", "--snapshot", "embed"], "prompt is empty: give at least one character"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
-    code, out, err = _run(capsys, "trace", PROMPT, *argv)
+    prompt = [] if argv[0] == "" else [PROMPT]                        # an empty prompt is the one given
+    code, out, err = _run(capsys, "trace", *prompt, *argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
 

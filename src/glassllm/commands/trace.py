@@ -151,22 +151,29 @@ def run(args) -> int:
         raise ValueError(f"--decimals {args.decimals}: expected 0..12")
     if args.max_columns < 1:
         raise ValueError(f"--max-columns {args.max_columns}: expected 1 or more")
+    from ..generate import prompt_ids
+    from ..trace.registry import head_axis
+
     model, tokenizer, _ = load_model_option(args.model)
-    tokens = tokenizer.encode_prompt(args.prompt)
+    tokens = prompt_ids(args.prompt, model, tokenizer)                   # as generate reads it, and refuses ''
     full, axes, values, mask = select(model, tokens, args.snapshot, args.layer, args.head)
     pieces = tokenizer.pieces(tokens)
     layer = int(full.split(".")[1]) if full.startswith("layers.") else None
+    head = args.head
+    if head is not None and head < 0:                                   # -1: the last head, named as such
+        letter = model.snapshot_axes()[full][head_axis(model.snapshot_axes()[full])]
+        head += model.config.n_heads if letter == "H" else model.config.n_kv_heads
     if args.npy:
         buf = io.BytesIO()
         np.save(buf, values)
         atomic_write(args.npy, buf.getvalue())
     if args.json:
-        json.dump({"name": full, "layer": layer, "head": args.head, "axes": list(axes), "shape": list(values.shape),
+        json.dump({"name": full, "layer": layer, "head": head, "axes": list(axes), "shape": list(values.shape),
                    "tokens": pieces, "values": values.tolist()}, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
     info = explain(full)
-    where = f", head {args.head}" if args.head is not None else ""
+    where = f", head {head}" if head is not None else ""
     shape = ", ".join(f"{a}={s}" for a, s in zip(axes, values.shape))
     out = sys.stdout
     out.write(f"{full}{where}   {info['equation']['text']}   ({shape})\n")
