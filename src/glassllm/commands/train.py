@@ -236,7 +236,7 @@ def run(args) -> int:
         if init_from is not None:
             init, tokenizer, model_opts = _init_model(init_from, args, config, model_opts)
         else:
-            tokenizer = Tokenizer.load(args.tokenizer) if args.tokenizer else None
+            tokenizer = _tokenizer_file(args.tokenizer) if args.tokenizer else None
         if tokenizer is not None and init is None:
             if "vocab_size" in model_opts and model_opts["vocab_size"] != tokenizer.vocab_size:
                 raise ValueError(f"--vocab-size {model_opts['vocab_size']} differs from the tokenizer's "
@@ -261,6 +261,16 @@ def run(args) -> int:
     if lock is not None:
         lock.close()
     return 0
+
+
+def _tokenizer_file(path) -> Tokenizer:
+    """``--tokenizer FILE``: a tokenizer file; a model file is refused, naming what takes one."""
+    from ..files import read_head, starts_like_safetensors
+
+    if Path(path).is_file() and starts_like_safetensors(read_head(path, 9)):
+        raise ValueError(f"--tokenizer {str(path)!r} is a model file; expected a tokenizer file (glassllm tokenize "
+                         "--train ... --out tok.json). To go on from a model, fine-tune it: --init-from")
+    return Tokenizer.load(path)
 
 
 def _init_model(spec: str, args, config: TrainConfig, model_opts: dict):
