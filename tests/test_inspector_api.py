@@ -631,6 +631,12 @@ def model_file(parts, small_model, tmp_path_factory):
     return path
 
 
+def parts_tokenizer(model_file):
+    from glassllm.checkpoint import load_model
+
+    return load_model(model_file)[1]
+
+
 def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
     from glassllm.cli import main
 
@@ -643,6 +649,16 @@ def test_cli_html_and_bad_arguments(model_file, tmp_path, capsys):
                  "--max-cells", "10"]) == 0
     err = capsys.readouterr().err
     assert "views hold more than --max-cells 10 values" in err and err.count("\n") == 1
+    # More steps than the model's context has room for: the command says how many the file holds.
+    from glassllm.checkpoint import save_model
+
+    short = tmp_path / "short.safetensors"
+    save_model(short, randomize(Transformer(ModelConfig(dim=32, n_layers=1, ffn_dim=64, max_seq_len=16), seed=5),
+                                np.random.default_rng(6)), parts_tokenizer(model_file))
+    n = len(parts_tokenizer(model_file).encode_prompt("once upon a time"))
+    assert main(["inspect", "once upon a time", "--model", str(short), "--html", str(out), "--steps", "6"]) == 0
+    assert capsys.readouterr().err == (f"note: the context of 16 positions has room for {16 - n - 1} decoding step(s) "
+                                       f"after this {n}-token prompt, not 6: the file holds those\n")
     for argv, message in [
         (["inspect", "", "--model", str(model_file), "--html", str(out)], "prompt is empty"),
         (["inspect", "x", "--model", str(model_file), "--html", str(out), "--steps", "3", "--max-new-tokens", "2"],

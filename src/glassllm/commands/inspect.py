@@ -181,6 +181,11 @@ def run(args) -> int:
         print(f"wrote {stats['path']} ({stats['bytes'] / 1e6:.1f} MB, {stats['responses']} precomputed views, "
               f"{ablation / 1e6:.1f} MB of them the later layers' attention under each layer-0 head's ablation); "
               "open it in any browser, offline")
+        n, context = len(inspector.encode(prompt)), inspector.config.max_seq_len
+        room = max(0, context - n - 1)                  # the last step's pass must leave a position to decode into
+        if args.steps is not None and args.steps > room:
+            print(f"note: the context of {context} positions has room for {room} decoding step(s) after this "
+                  f"{n}-token prompt, not {args.steps}: the file holds those", file=sys.stderr)
         if stats["left_out"]:
             print(f"note: {stats['left_out']}", file=sys.stderr)
         if stats["over_max_cells"]:
