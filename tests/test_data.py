@@ -6,6 +6,7 @@ import doctest
 import hashlib
 import http.server
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -53,6 +54,20 @@ def test_expand_paths_folders_and_files(corpus):
     (corpus / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no .txt files"):
         expand_paths(corpus / "empty")
+
+
+def test_a_data_path_that_is_neither_file_nor_folder_is_named(tmp_path):
+    specials = [p for p in ["/dev/null"] if Path(p).exists()]
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "pipe.txt")
+        specials.append(str(tmp_path / "pipe.txt"))
+    if not specials:
+        pytest.skip("no device or FIFO here")
+    for special in specials:
+        with pytest.raises(ValueError) as e:
+            expand_paths(special)
+        assert str(e.value) == (f"data path {special!r} is not a regular file or folder (a device, a pipe or a "
+                                "socket): expected a text file or a folder of .txt files")
 
 
 def test_token_cache_is_the_tokenizer_output_and_is_reused(corpus, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -119,3 +120,68 @@ def test_stories260k_shaped_gguf_counts_exactly_the_stories_bytes(tmp_path, caps
     assert docs["tokens"] == sum(len(s) - 1 for s in seqs)
     assert docs["nats"] == pytest.approx(sum(alone_nats(model, np.array(s)).sum() for s in seqs), rel=1e-5)
     assert windows["tokens"] == docs["tokens"] - 1                      # no <s> after the last story in the file
+
+
+def test_no_bits_per_byte_without_a_byte_scored(tmp_path, capsys):
+    """A figure needs bytes: a text of separators alone, or a per-document context that reaches none of
+    any story's text, is refused in one line, the same way in both modes."""
+    data = story_file(tmp_path)
+    capsys.readouterr()
+    assert main(["eval", "--data", str(data), "--per-document", "--seq-len", "1", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "error: --seq-len must be > 1 for this text: predicting 1 token of each document scores none" in err
+    assert run_eval(capsys, "--data", str(data), "--per-document", "--seq-len", "2")["bytes"] > 0
+    assert run_eval(capsys, "--data", str(data), "--seq-len", "1")["bytes"] == sum(len(s.encode()) for s in STORIES)
+    for text in ("<|endoftext|>\n", "<|endoftext|>\n<|endoftext|>\n", "\n<|endoftext|>\n\n<|endoftext|>\n", ""):
+        (tmp_path / "sep.txt").write_text(text, encoding="utf-8")
+        errors = []
+        for mode in ([], ["--per-document"]):
+            assert main(["eval", "--data", str(tmp_path / "sep.txt"), *mode, "--json"]) == 2, (text, mode)
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1
+            errors.append(err)
+        assert errors[0] == errors[1] and "the text holds no document to score" in errors[0]
+        assert "give text with at least one story" in errors[0]
+    # An empty story between two: its lone newline is the separator's, so both modes count the stories' bytes.
+    gap = tmp_path / "gap.txt"
+    gap.write_text("Tom ran.\n<|endoftext|>\n<|endoftext|>\nMia sat.\n<|endoftext|>\n", encoding="utf-8")
+    assert run_eval(capsys, "--data", str(gap))["bytes"] == 16
+    assert run_eval(capsys, "--data", str(gap), "--per-document")["bytes"] == 16
+
+
+def test_the_api_refuses_bits_per_byte_from_no_bytes():
+    from glassllm.checks import ParameterError
+    from glassllm.train.evaluate import evaluate, evaluate_documents, evaluate_text
+
+    model, tok, _ = load_bundled()
+    head = [tok.eot_id] + tok.encode("\n")
+    with pytest.raises(ValueError, match="no document to score"):
+        evaluate(model, np.array(head * 3), tok, seq_len=4)
+    with pytest.raises(ValueError, match="no document to score"):
+        evaluate_text(model, tok, "<|endoftext|>\n", from_start=True)
+    ids = np.array(head * 2 + tok.encode("Tom ran."))
+    with pytest.raises(ParameterError, match="max_windows must be > 1 for this text") as e:
+        evaluate(model, ids, tok, seq_len=2, max_windows=1)
+    assert e.value.param == "max_windows"
+    assert evaluate(model, ids, tok, seq_len=2, max_windows=3).bytes > 0
+    with pytest.raises(ParameterError, match="context must be > 1 for this text") as e:
+        evaluate_documents(model, tok, story_text(STORIES), context=1)
+    assert e.value.param == "context"
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "fifo"])
+def test_a_data_path_that_is_not_a_file_or_folder(tmp_path, capsys, special):
+    if special == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        special = str(tmp_path / "pipe.txt")
+        os.mkfifo(special)
+    elif not os.path.exists(special):
+        pytest.skip("no /dev/null here")
+    capsys.readouterr()
+    assert main(["eval", "--data", special]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" not in err
+    assert (f"data path {special!r} is not a regular file or folder (a device, a pipe or a socket): "
+            "expected a text file or a folder of .txt files") in err

@@ -318,6 +318,18 @@ def test_empty_text_is_named_before_any_work(texts, tmp_path, capsys):
         assert not (tmp_path / "r").exists()
 
 
+def test_held_out_text_without_a_story_is_named_before_any_work(texts, tmp_path, capsys):
+    """Bits per byte of text that holds no story's bytes would be made from nothing."""
+    train, _ = texts
+    seps = tmp_path / "seps.txt"
+    seps.write_text("<|endoftext|>\n<|endoftext|>\n", encoding="utf-8")
+    assert main(["train", "--data", str(train), "--valid", str(seps), "--out", str(tmp_path / "r"),
+                 *map(str, TINY_RUN)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the held-out text holds no document to score" in err
+    assert "give --valid text with at least one story" in err and not (tmp_path / "r").exists()
+
+
 def test_eval_says_its_window_length(texts, tmp_path, capsys):
     """The loss depends on the window length, so the result line and the JSON say which one was used; by
     default the one the model was trained on (from its file), not 256."""
@@ -589,6 +601,7 @@ def test_train_help_documents_every_option(capsys):
     (["--seq-len", "600"], "seq_len=600 exceeds the model's max_seq_len=512"),
     (["--n-heads", "3"], "not divisible"),
     (["--data", "/no/such/file.txt"], "does not exist"),
+    (["--data", "/dev/null"], "data path '/dev/null' is not a regular file or folder"),
 ])
 def test_train_bad_input_is_one_line_exit_2(texts, tmp_path, capsys, argv, match):
     train, _ = texts

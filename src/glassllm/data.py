@@ -68,7 +68,8 @@ CACHE_FORMAT = "glassllm-token-cache v2"   # v2: an end-of-text id between files
 def expand_paths(paths) -> list[Path]:
     """Files named by ``paths`` (str/Path or a list of them), folders expanded to their ``*.txt``.
 
-    Raises ValueError for a missing path, an empty folder, or no files at all.
+    Raises ValueError for a missing path, one that is not a regular file or folder (a device, a
+    pipe or a socket), an empty folder, or no files at all.
     """
     files: list[Path] = []
     for raw in one_or_many(paths):
@@ -80,6 +81,9 @@ def expand_paths(paths) -> list[Path]:
             files.extend(found)
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise ValueError(f"data path {str(path)!r} is not a regular file or folder (a device, a pipe or a "
+                             "socket): expected a text file or a folder of .txt files")
         else:
             raise ValueError(f"data path {str(path)!r} does not exist")
     if not files:

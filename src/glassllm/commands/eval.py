@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..checks import is_int
+from ..checks import ParameterError, is_int
 from ..data import resolve_sources
 from ..limits import parse_json
 from ..train import blas_threads, evaluate_text
@@ -64,7 +64,12 @@ def run(args) -> int:
             raise ValueError(f"--seq-len must be in [1, {model.config.max_seq_len}] (the model's context), "
                              f"got {context}")
         with blas_threads(args.threads):
-            result = evaluate_documents(model, tokenizer, files, context, args.batch_size)
+            try:
+                result = evaluate_documents(model, tokenizer, files, context, args.batch_size)
+            except ParameterError as e:                       # the context is --seq-len here
+                if e.param != "context":
+                    raise
+                raise ParameterError("seq_len", e.problem) from None
         if args.json:
             doc = dataclasses.asdict(result)
             doc["bands"] = [{"first": lo, "last": hi, "tokens": n, "loss": None if n == 0 else loss}

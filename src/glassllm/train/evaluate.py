@@ -21,6 +21,9 @@ and the newline either side of an ``<|endoftext|>`` (the separator line
 ``\n<|endoftext|>\n`` of a story file) count 0 bytes, while predicting them
 still costs nats. Bits per byte divides by the length of the text rather than
 the number of tokens, so models with different tokenizers can be compared.
+When no byte of the documents' text is predicted (a text of separators only,
+or too few tokens of each document scored), there is no bits per byte to give:
+the functions refuse, naming what to change.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = ["EvalResult", "DocumentEval", "BANDS", "evaluate", "evaluate_text", "
 
 BANDS = ((0, 127), (128, 255), (256, 383), (384, 511))   # position bands of the per-document loss (inclusive)
 REFERENCE = (0, 255)    # the positions a band is compared with, in the same documents (DocumentEval.same_documents)
+NO_DOCUMENT = ("the text holds no document to score (no text, or only separators: <|endoftext|> lines, <s>, </s>); "
+               "give text with at least one story")
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,12 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
     end = min(len(ids), n_windows * seq_len + 1)            # ids[:end] are read; ids[1:end] predicted
     full = (end - 1) // seq_len                              # windows of exactly seq_len
     starts = np.arange(full) * seq_len
+    n_bytes = int(text_bytes(tokenizer, np.asarray(ids[:end], dtype=np.int64))[1:].sum())
+    if n_bytes == 0:
+        if end < len(ids) and text_bytes(tokenizer, np.asarray(ids, dtype=np.int64))[1:].any():
+            raise ParameterError("max_windows", f"must be > {max_windows} for this text: its first windows "
+                                 "predict no byte of the documents' text, so there is no bits per byte to give")
+        raise ValueError(NO_DOCUMENT)
     nats = 0.0
     with no_grad():
         for lo in range(0, full, batch_size):
@@ -101,10 +112,9 @@ def evaluate(model: Transformer, ids, tokenizer, seq_len: int = 256, batch_size:
         raise ValueError(f"the model's loss on this text is {nats} (not finite): its numbers overflow; "
                          "check the model file (glassllm.train.find_non_finite names the first bad snapshot)")
     tokens = end - 1
-    n_bytes = int(text_bytes(tokenizer, np.asarray(ids[:end], dtype=np.int64))[1:].sum())
     loss = nats / tokens
     perplexity = math.exp(loss) if loss < 709.0 else math.inf   # e^709 is near float64's largest number
-    return EvalResult(loss=loss, perplexity=perplexity, bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)),
+    return EvalResult(loss=loss, perplexity=perplexity, bits_per_byte=nats / (math.log(2) * n_bytes),
                       nats=nats, tokens=int(tokens), bytes=int(n_bytes), windows=int(n_windows))
 
 
@@ -132,6 +142,8 @@ def evaluate_text(model: Transformer, tokenizer, text_or_paths, seq_len: int = 2
     head = start_context(tokenizer)
     if from_start and head and ids[:len(head)].tolist() != head[:len(ids)]:
         ids = np.concatenate([np.array(head, dtype=np.int64), ids])
+    if len(ids) < 2 and not text_bytes(tokenizer, ids).any():     # no text, or a start token alone
+        raise ValueError(NO_DOCUMENT)
     return evaluate(model, ids, tokenizer, seq_len, batch_size)
 
 
@@ -183,6 +195,7 @@ def text_bytes(tokenizer, ids) -> np.ndarray:
         after = np.flatnonzero(at[:-1]) + 1                           # ids[k] right after one
         after = after[~at[after]]
         out[after] -= nl_start[ids[after]]
+        np.maximum(out, 0, out=out)              # a lone "\n" between two <|endoftext|> is one separator byte
     return out
 
 
@@ -276,10 +289,14 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
         raise ParameterError("batch_size", f"must be an int >= 1, got {batch_size!r}")
     docs = document_ids(tokenizer, text_or_paths)
     if not docs:
-        raise ValueError("the text holds no document to score")
+        raise ValueError(NO_DOCUMENT)
     truncated = sum(len(d) > context + 1 for d in docs)
     docs = [d[:context + 1] for d in docs]
     n_bytes = int(sum(text_bytes(tokenizer, d)[1:].sum() for d in docs))
+    if n_bytes == 0:
+        raise ParameterError("context", f"must be > {context} for this text: predicting {_count(context, 'token')} "
+                             "of each document scores none of its text (only the separator after its start), "
+                             "so there is no bits per byte to give")
     by_pos = np.zeros(context, dtype=np.float64)                      # nats of the predictions at each position
     count = np.zeros(context, dtype=np.int64)
     ref_lo, ref_hi = REFERENCE
@@ -317,7 +334,7 @@ def evaluate_documents(model: Transformer, tokenizer, text_or_paths, context: in
         rows.append((first, last, n, float(by_pos[part].sum() / n) if n else math.nan))
     loss = nats / tokens
     return DocumentEval(loss=loss, perplexity=math.exp(loss) if loss < 709.0 else math.inf,
-                        bits_per_byte=nats / (math.log(2) * max(n_bytes, 1)), nats=nats, tokens=tokens,
+                        bits_per_byte=nats / (math.log(2) * n_bytes), nats=nats, tokens=tokens,
                         bytes=n_bytes, documents=len(docs), truncated=truncated, context=int(context),
                         bands=tuple(rows),
                         same_documents=tuple((first, last, int(k), float(nats_ / n_) if n_ else math.nan)

@@ -38,7 +38,7 @@ from ..optional import available, install_hint, require
 from ..timeline import SAMPLE_PROMPT, Timeline, load_timeline, sample_text
 from ..tokenizers import Tokenizer, tokenizer_from_json
 from .config import DTYPES, TrainConfig
-from .evaluate import EvalResult, evaluate
+from .evaluate import EvalResult, evaluate, text_bytes
 from .folder import read_state, write_loss_csv, write_loss_png, write_state
 from .step import GradientThreads, blas_threads, train_step
 
@@ -154,6 +154,9 @@ class Trainer:
         if self.valid_ids is not None and len(self.valid_ids) < 2:
             raise ValueError(f"the held-out text is {len(self.valid_ids)} token long; evaluation needs at least 2 "
                              f"(one to read, one to predict): give more --valid text")
+        if self.valid_ids is not None and not text_bytes(tokenizer, self.valid_ids)[1:].any():
+            raise ValueError("the held-out text holds no document to score (no text, or only separators: "
+                             "<|endoftext|> lines, <s>, </s>); give --valid text with at least one story")
         starts = None
         if config.doc_start_fraction > 0:
             start_id = doc_start_id(tokenizer)
