@@ -637,6 +637,12 @@ for path, words in _FILES:
                 "folder.safetensors", "empty.safetensors", "int8.safetensors"):
         CLI_CASES.append(C("bad model or tokenizer file", ["generate", "hi", "--model", path], words))
 CLI_CASES += [
+    C("bad model or tokenizer file", ["train", "--data", "train.txt", "--tokenizer", "tiny.safetensors", "--out",
+                                      "r-tok"], ("--tokenizer", "is a model file", "--init-from")),
+    C("bad model or tokenizer file", ["eval", *M, "--data", "/dev/null"],
+      ("'/dev/null'", "not a regular file or folder")),
+    C("bad model or tokenizer file", ["tokenize", "--train", "/dev/null", "--vocab-size", "260", "--out", "t.json"],
+      ("'/dev/null'", "not a regular file or folder")),
     C("bad model or tokenizer file", ["eval", "--model", "truncated.safetensors", "--data", "train.txt"],
       ("truncated.safetensors", "truncated")),
     C("bad model or tokenizer file", ["eval", "--model", "overflow.safetensors", "--data", "train.txt", "--seq-len",
@@ -684,6 +690,8 @@ CLI_CASES += [
     C("empty path", ["export", "tiny.safetensors", ""], ("DIR", "empty path")),
     C("empty path", ["tokenize", "--train", "", "--vocab-size", "260", "--out", "t.json"], ("--train", "empty path")),
     C("empty path", ["inspect", "hi", *M, "--html", " "], ("--html", "empty path")),
+    C("empty path", ["train", "--data", "train.txt", "--out", "r-init", "--init-from", ""],
+      ("--init-from", "empty path")),
     C("output in the way", ["tokenize", "--train", "train.txt", "--vocab-size", "260", "--out", "/dev/null"],
       ("'/dev/null'", "not a regular file")),
     C("output in the way", ["inspect", "hi", *M, "--html", "ro", "--steps", "1"], ("'ro'", "a folder")),

@@ -122,6 +122,9 @@ def text_files(path) -> list[Path]:
         return [p]
     if p.is_dir():
         return folder_texts(p)
+    if p.exists():
+        raise ValueError(f"{str(path)!r} is not a regular file or folder (a device, a pipe or a socket): "
+                         "expected a text file or a folder of .txt files")
     raise ValueError(f"no such file or folder: {str(path)!r}")
 
 
