@@ -381,6 +381,11 @@ BAD = [
 ]
 
 
+def test_a_hook_name_in_another_layer_is_refused_in_its_own_words(client):
+    r = post(client, "snapshot", {"prompt": PROMPT, "name": "blocks.1.attn.hook_z", "layer": 0, "head": 0})
+    assert r.status_code == 400 and r.json()["error"] == "name 'blocks.1.attn.hook_z' is in layer 1, but layer is 0"
+
+
 def test_an_intervention_index_out_of_range_is_refused_with_the_range_the_api_takes(client):
     """The API takes layers and heads >= 0 (a negative one is refused): its errors offer no "-4..-1 from the end",
     which the Python API takes."""

@@ -245,8 +245,8 @@ def describe_validation_error(errors: list[dict]) -> str:
         return "request body is missing: send a JSON object" if field == "body" else f"missing field {field!r}"
     if kind == "extra_forbidden":
         return f"unknown field {field!r}"
-    if kind == "value_error" and msg.startswith(field + " "):
-        return msg                         # our own validator's message already names the field and value
+    if kind == "value_error" and (field == "body" or msg.startswith(field + " ")):
+        return msg                         # our own validator's message already names the fields and values
     if kind in ("model_attributes_type", "dict_type") and field == "body":
         return "request body must be a JSON object"
     return f"{field}: {msg} (got {shown(e.get('input'))})"
