@@ -780,3 +780,30 @@ def test_the_header_counts_the_steps_of_every_training_stage():
     assert "steps_before" not in plain["meta"]
     nested = Inspector(model, tokenizer, meta={**meta, "base": "[" * 100_000}).info()   # a bad field: left out
     assert "steps_before" not in nested["meta"]
+
+
+def test_the_default_cache_keeps_a_pass_and_its_intervened_twin(parts):
+    """A view under an intervention reads the plain pass and the intervened one: the default cache holds
+    three passes of the longest prompt, so switching between them computes each once; a cache of less
+    than two computes them again at every switch."""
+    from glassllm.inspector.data import default_cache_mb
+    from glassllm.inspector.runs import run_bound
+
+    model, tokenizer = parts
+    n = len(tokenizer.encode_prompt(PROMPT))
+    limits = Limits(max_prompt_tokens=n)                                  # PROMPT is the longest prompt
+    plain = {"prompt": PROMPT, "name": "attn.softmax", "layer": 1, "head": 0}
+    ablated = {**plain, "intervention": {"kind": "ablate", "layer": 0, "head": 1}}
+    mb = default_cache_mb(model, limits, least=0)
+    assert mb * 2**20 == pytest.approx(3 * run_bound(model, n))
+    roomy = Inspector(model, tokenizer, limits, cache_mb=mb)
+    tight_bytes = 3 * run_bound(model, n, 4)                              # a pass keeps a quarter of it in blocks
+    assert run_bound(model, n, tight_bytes) <= tight_bytes < 2 * run_bound(model, n, tight_bytes)   # one fits
+    tight = Inspector(model, tokenizer, limits, cache_mb=tight_bytes / 2**20)
+    for inspector in (roomy, tight):
+        for body in (plain, ablated, plain, ablated, plain):
+            inspector.snapshot(SnapshotRequest(**body))
+        assert inspector.cache.stats()["bytes"] <= inspector.cache.max_bytes
+    assert roomy.cache.stats()["computed"] == 2 and roomy.cache.stats()["evicted"] == 0
+    assert tight.cache.stats()["computed"] == 5
+    assert Inspector(model, tokenizer, limits).cache.max_bytes == 512 * 2**20   # a small model: at least 512 MB

@@ -268,3 +268,18 @@ def test_a_lazy_trace_longer_than_the_context_is_refused_in_one_line():
         with pytest.raises(ValueError, match=f"sequence of {n} positions .* exceeds the context length "
                                              f"{n - 1}$"):
             trace(model, ids, targets=targets, lazy=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("keep_bytes, loss", [(1 << 30, True), (1 << 30, False), (5_000, True), (0, True)])
+def test_what_a_lazy_trace_reserves_is_known_before_it_runs(dtype, keep_bytes, loss):
+    """LazyTrace.bytes_for, from the config alone, is the reserved_bytes of the trace once made (a cache
+    sizes itself by it), with and without the attention weights kept for across()."""
+    config = CONFIGS["gqa3"]
+    model = Transformer(config, seed=0, dtype=dtype)
+    ids = np.arange(14) % config.vocab_size
+    lazy = LazyTrace(model, ids, ids if loss else None, keep_bytes=keep_bytes, graph=loss)
+    want = LazyTrace.bytes_for(config, len(ids), itemsize=np.dtype(dtype).itemsize, keep_bytes=keep_bytes,
+                               loss=loss, graph=loss)
+    assert lazy.reserved_bytes == want
+    assert bool(lazy._across) == (loss and keep_bytes == 1 << 30)       # both regimes of across() are covered

@@ -61,8 +61,9 @@ def add_cli(name: str, parser) -> None:
                         help="requests per second one client address may send, on average; beyond, 429 (default: 20)")
     parser.add_argument("--rate-burst", type=int, default=60, metavar="N",
                         help="requests one client address may send at once before --rate-limit applies (default: 60)")
-    parser.add_argument("--cache-mb", type=float, default=512, metavar="MB",
-                        help="memory for traced prompts, least recently used dropped first (default: 512)")
+    parser.add_argument("--cache-mb", type=float, default=None, metavar="MB",
+                        help="memory for traced prompts, least recently used dropped first (default: room for "
+                             "three passes of the longest prompt, at least 512)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="another name clients may use to reach this server (a DNS name, a proxy); repeatable")
     parser.add_argument("--html", metavar="FILE", default=None,
@@ -137,7 +138,7 @@ def run(args) -> int:
         raise ValueError(f"--rate-limit must be a number of requests per second > 0, got {args.rate_limit}")
     if args.rate_burst < 1:
         raise ValueError(f"--rate-burst must be >= 1, got {args.rate_burst}")
-    if not args.cache_mb >= 0 or args.cache_mb == float("inf"):
+    if args.cache_mb is not None and (not args.cache_mb >= 0 or args.cache_mb == float("inf")):
         raise ValueError(f"--cache-mb must be a number of MB >= 0, got {args.cache_mb}")
     if args.token is not None and args.no_token:
         raise ValueError("--token and --no-token contradict each other: give one")

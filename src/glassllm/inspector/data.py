@@ -29,7 +29,7 @@ from collections import OrderedDict
 from ..trace import registry
 from . import requests, views
 from .cache import TraceCache
-from .runs import Run, Runs, refuse_non_finite
+from .runs import Run, Runs, refuse_non_finite, run_bound
 from .schema import (
     AttributionRequest, HeadsRequest, InterventionBody, LensRequest, Limits, NextRequest, PromptRequest,
     SnapshotRequest, TimelineRequest,
@@ -43,6 +43,16 @@ THUMB_CELLS = views.THUMB_CELLS
 GROUPS = views.GROUPS
 
 
+CACHE_MB = 512          # the least memory the default cache has, in MB
+
+
+def default_cache_mb(model, limits: Limits, least: float = CACHE_MB) -> float:
+    """MB for three traced passes of the longest prompt ``limits`` allow (:func:`~glassllm.inspector.runs.run_bound`),
+    and at least ``least``: the bundled model's passes are small, a 135M-parameter Llama's at 256 tokens
+    about 290 MB each."""
+    return max(float(least), 3 * run_bound(model, limits.max_prompt_tokens) / 2**20)
+
+
 class Inspector:
     """Answers the page's requests for one model.
 
@@ -51,15 +61,17 @@ class Inspector:
     ``limits``: what one request may cost (the prompt is capped to fit the context); ``timeline``: the
     :class:`~glassllm.timeline.Timeline` of the run that trained it, if there is one (the page's Training
     tab); ``cache``: where traced passes are kept (default: a new
-    :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb`` MB). Thread-safe: each computing thread
-    runs its own copy of the model.
+    :class:`~glassllm.inspector.cache.TraceCache` of ``cache_mb`` MB; None: room for three traced passes
+    of the longest prompt the limits allow, and never less than :data:`CACHE_MB` -- a view under an
+    intervention then keeps the plain pass and the intervened one side by side, for a large model too).
+    Thread-safe: each computing thread runs its own copy of the model.
     """
 
     timeline = None                 # the run's Timeline, if the model has one
     _timeline_answer = None         # its answer, made once
 
     def __init__(self, model, tokenizer, limits: Limits | None = None, meta: dict | None = None,
-                 cache: TraceCache | None = None, cache_mb: float = 512, timeline=None):
+                 cache: TraceCache | None = None, cache_mb: float | None = None, timeline=None):
         if tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model expects "
                              f"{model.config.vocab_size}")
@@ -68,6 +80,8 @@ class Inspector:
         self.limits = (limits or Limits()).fit(model.config.max_seq_len)
         self.meta = dict(meta or {})
         self.axes = registry(model)                             # full name -> axis letters, forward order
+        if cache_mb is None:
+            cache_mb = default_cache_mb(model, self.limits)
         if isinstance(cache_mb, bool) or not isinstance(cache_mb, (int, float)) or not cache_mb >= 0:
             raise ValueError(f"cache_mb must be a number >= 0, got {cache_mb!r}")
         self.runs = Runs(model, tokenizer, self.limits,

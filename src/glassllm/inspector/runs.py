@@ -25,7 +25,10 @@ from ..trace import Tracer, registry
 from ..trace.interventions import from_fields
 from .cache import TraceCache, model_digest, nbytes
 
-__all__ = ["Run", "Runs", "trace_prompt", "trace_decoding", "refuse_non_finite", "run_bytes", "edits"]
+__all__ = ["Run", "Runs", "trace_prompt", "trace_decoding", "refuse_non_finite", "run_bytes", "run_bound", "edits",
+           "KEEP_BYTES"]
+
+KEEP_BYTES = 128 << 20      # a prompt's pass keeps at most this many bytes of computed blocks (and a quarter of the cache)
 
 
 class Run:
@@ -86,7 +89,7 @@ class Runs:
 
     def prompt(self, ids, iv, target, grad) -> Run:
         """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
-        keep = max(self.cache.max_bytes // 4, 1)                          # a run's computed blocks
+        keep = kept_block_bytes(self.cache.max_bytes)                        # a run's computed blocks
         def compute():
             # With no target, the model's own top choice under the same intervention: read from the
             # trace's own forward, then back-propagated (one forward, one backward).
@@ -131,6 +134,22 @@ class Runs:
         return all(self.cache.peek(k) is not None for k in keys)
 
 
+def kept_block_bytes(cache_bytes: int) -> int:
+    """Bytes of computed blocks a prompt's pass keeps in a cache of ``cache_bytes``: a quarter of it, at most
+    :data:`KEEP_BYTES` (a block not kept costs one block's forward and backward to compute again), so
+    that the cache holds passes of several prompts and interventions rather than many blocks of one."""
+    return max(min(cache_bytes // 4, KEEP_BYTES), 1)
+
+
+def run_bound(model, n: int, cache_bytes: int | None = None) -> int:
+    """The most bytes the traced pass of an ``n``-token prompt holds in the cache (its gradients, kept blocks and
+    attention weights for the head grid), before it runs: :meth:`glassllm.trace.LazyTrace.bytes_for`."""
+    from ..trace import LazyTrace
+
+    keep = KEEP_BYTES if cache_bytes is None else kept_block_bytes(cache_bytes)
+    return LazyTrace.bytes_for(model.config, n, itemsize=np.dtype(model.dtype).itemsize, keep_bytes=keep)
+
+
 def run_bytes(run: Run) -> int:
     """Bytes a traced run holds: every step's values and gradients (a lazy trace: what it may grow to)."""
     reserved = getattr(run.trace, "reserved_bytes", None)
@@ -151,7 +170,7 @@ def edits(iv, model, n: int) -> list:
     return [from_fields(**iv.model_dump(), axes=registry(model), config=model.config, n=n)]
 
 
-def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = 128 << 20) -> Run:
+def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = KEEP_BYTES) -> Run:
     """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot
     (``target`` None: the model's top choice).
 

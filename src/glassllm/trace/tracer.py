@@ -631,6 +631,26 @@ class LazyTrace(Trace):
         fixed += sum(a.nbytes for a in self._always.values()) + sum(a.nbytes for a in self._across.values())
         return fixed + self._held
 
+    @staticmethod
+    def bytes_for(config, n: int, *, itemsize: int = 4, keep_bytes: int = 256 << 20, loss: bool = True,
+                  graph: bool = True) -> int:
+        """What the :attr:`reserved_bytes` of a lazy trace of an ``n``-token prompt come to, before it runs:
+        the residual stream between the blocks, the logits, with a loss (``loss``) the gradient at each
+        block's output and the embedding's, with ``graph`` every block's attention weights when they fit
+        in ``keep_bytes``, and the kept blocks at their bound (or all of them, when that is less).
+        ``itemsize``: bytes per number of the model's dtype (4 for float32)."""
+        L, C, V, H = config.n_layers, config.dim, config.vocab_size, config.n_heads
+        stream = n * C * itemsize                                            # one (n, C) array
+        fixed = (L + 1) * stream + (n + 1) * V * itemsize + stream           # inputs, final, logits, embed
+        if loss:
+            fixed += L * stream + stream                                     # the gradients between the blocks
+        if graph and L * (H * 4 + 1) * n * n <= keep_bytes:                  # as _forward_kept decides
+            fixed += L * (H * itemsize + 1) * n * n                          # softmax (H, n, n) and mask (n, n)
+        axes = registry(config)
+        sizes = axis_sizes(config, n, n)
+        values = sum(math.prod(sizes[a] for a in ax) for k, ax in axes.items() if k != "embed")
+        return fixed + min(keep_bytes, 2 * values * itemsize)
+
     @property
     def reserved_bytes(self) -> int:
         """What the trace may grow to: what it holds outside the kept blocks, plus the kept blocks at their
