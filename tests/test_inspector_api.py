@@ -712,7 +712,12 @@ def test_export_holds_the_chosen_layers_and_refuses_past_its_bound(model_file, s
     assert err.count("\n") == 1 and "Traceback" not in err and not bounded.exists()
     assert f"passes its bound of {float(f'{mb / 3:.3f}'):g} MB (--html-max-mb)" in err
     assert "--html-layers 0,2" in err
-    for argv, message in [(["--html-layers", "3"], "layers must be layer numbers in 0..2"),
+    # A bound the model-wide views (every export's) pass alone: fewer layers would not help, so none are offered.
+    assert main(["inspect", "once upon a time", "--model", str(model_file), "--html", str(bounded), "--steps", "1",
+                 "--html-max-mb", "0.001", "--html-layers", "0,1"]) == 2
+    err = capsys.readouterr().err
+    assert "at the model-wide views" in err and "--html-layers" not in err and "raise --html-max-mb" in err
+    for argv, message in [(["--html-layers", "3"], "layers (--html-layers) must be layer numbers in 0..2"),
                           (["--html-layers", "a"], "--html-layers must be layer numbers"),
                           (["--html-max-mb", "0"], "--html-max-mb must be a number of MB > 0")]:
         assert main(["inspect", "x", "--model", str(model_file), "--html", str(bounded), *argv]) == 2, argv

@@ -199,6 +199,8 @@ def _too_large(inspector: Inspector, layers: list[int], held: int, max_bytes: in
     L = inspector.config.n_layers
     fewer = f"fewer layers (--html-layers 0,{L - 1}, or one), " if len(layers) > 2 else (
         "one layer (--html-layers 0), " if len(layers) == 2 else "")
+    if where == "the model-wide views":            # every export holds them, whichever layers it chooses
+        fewer = ""
     return (f"this export passes its bound of {max_bytes / 1e6:g} MB (--html-max-mb) with {held / 1e6:.1f} MB "
             f"embedded, at {where}, of {len(layers)} chosen layer(s) of {L}; choose {fewer}"
             "a shorter prompt or fewer --steps, or raise --html-max-mb")
@@ -280,7 +282,7 @@ def export_html(inspector: Inspector, prompt: str, path, steps: int | None = Non
         layers = list(layers)
         bad = [i for i in layers if not is_int(i) or not 0 <= i < L]
         if bad or not layers:
-            raise ValueError(f"layers must be layer numbers in 0..{L - 1}, got {layers!r}")
+            raise ValueError(f"layers (--html-layers) must be layer numbers in 0..{L - 1}, got {layers!r}")
     if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not 0 < max_mb < float("inf"):
         raise ValueError(f"max_mb must be a number of MB > 0, got {max_mb!r}")
     responses = build_responses(inspector, prompt, steps, layers, int(max_mb * 1e6))
