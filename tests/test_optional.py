@@ -186,8 +186,8 @@ def test_the_installed_version_is_glassllm_version():
 
 
 def test_the_torch_trainer_run_without_torch_says_so_in_one_line(tmp_path):
-    """``python -m glassllm.torch.train_ddp`` (what torchrun runs) is a command: no traceback, exit 2; an
-    ``import glassllm.torch`` in a program still raises MissingExtra."""
+    """``python -m glassllm.torch.train_ddp`` (what torchrun runs) is a command: no traceback, exit 2; the
+    PyTorch twin used from a program raises MissingExtra."""
     import os
 
     fake = tmp_path / "torch"                                   # a torch that is not there
@@ -197,8 +197,11 @@ def test_the_torch_trainer_run_without_torch_says_so_in_one_line(tmp_path):
     run = subprocess.run([sys.executable, "-m", "glassllm.torch.train_ddp", "--data", "x.txt", "--out",
                           str(tmp_path / "out")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
-    assert run.stderr.startswith("glassllm.torch: error: glassllm.torch needs the package torch, which is not "
-                                 "installed") and '".[torch]"' in run.stderr
-    imported = subprocess.run([sys.executable, "-c", "import glassllm.torch"], capture_output=True, text=True,
-                              env=env, cwd=tmp_path, timeout=120)
-    assert imported.returncode == 1 and "glassllm.optional.MissingExtra: glassllm.torch needs" in imported.stderr
+    assert run.stderr.startswith("glassllm.torch.train_ddp: error: glassllm.torch.train_ddp needs the package "
+                                 "torch, which is not installed") and '".[torch]"' in run.stderr
+    for code in ("from glassllm.torch import Transformer", "import glassllm.torch.model"):
+        imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                  cwd=tmp_path, timeout=120)
+        assert imported.returncode == 1, code
+        assert imported.stderr.splitlines()[-1].startswith("glassllm.optional.MissingExtra: glassllm.torch needs "
+                                                           "the package torch"), imported.stderr

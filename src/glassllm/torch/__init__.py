@@ -10,18 +10,18 @@ the result then opens in the glass box (``glassllm inspect``, the tracer).
 - :mod:`glassllm.torch.train_ddp`: the DistributedDataParallel trainer.
 """
 
-import sys
-
-from ..optional import MissingExtra, require
-
-try:
-    require("torch", "glassllm.torch")           # the real PyTorch (imports here are absolute)
-except MissingExtra as e:
-    if sys.argv[:1] == ["-m"]:                   # python -m glassllm.torch.train_ddp (or torchrun -m): a command
-        print(f"glassllm.torch: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    raise
-
-from .model import Transformer, from_glassllm, load_model, save_model, to_glassllm
+from ..optional import require
 
 __all__ = ["Transformer", "from_glassllm", "to_glassllm", "load_model", "save_model"]
+
+
+def __getattr__(name: str):
+    """The names of :mod:`glassllm.torch.model`, imported when first used: without PyTorch, a
+    :class:`~glassllm.optional.MissingExtra` naming the extra (and ``python -m glassllm.torch.train_ddp``
+    can say so in one line, since this package loads without it)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'glassllm.torch' has no attribute {name!r}")
+    require("torch", "glassllm.torch")           # the real PyTorch (imports here are absolute)
+    from . import model
+
+    return getattr(model, name)

@@ -26,9 +26,14 @@ C model width, V vocabulary, F MLP width.
 from __future__ import annotations
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
+
+from ..optional import require
+
+require("torch", "glassllm.torch")               # the real PyTorch, or one line naming the extra
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 from ..config import ModelConfig
 

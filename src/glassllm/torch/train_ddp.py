@@ -42,18 +42,29 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
-from ..checkpoint import save_model
-from ..commands.train import add_config_options, given_options
-from ..config import ModelConfig
-from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids
-from ..nn import Transformer as GlassTransformer
-from ..optim import lr_lambda
-from ..train import TrainConfig
-from ..train.folder import read_state, write_state
-from .model import Transformer, from_glassllm, to_glassllm
+from ..optional import MissingExtra, require
+
+try:
+    require("torch", "glassllm.torch.train_ddp")
+except MissingExtra as e:
+    if __name__ == "__main__":                   # python -m glassllm.torch.train_ddp (torchrun -m): a command
+        print(f"glassllm.torch.train_ddp: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from ..checkpoint import save_model  # noqa: E402
+from ..commands.train import add_config_options, given_options  # noqa: E402
+from ..config import ModelConfig  # noqa: E402
+from ..data import WindowSampler, resolve_sources, text_sha256s, token_ids  # noqa: E402
+from ..nn import Transformer as GlassTransformer  # noqa: E402
+from ..optim import lr_lambda  # noqa: E402
+from ..train import TrainConfig  # noqa: E402
+from ..train.folder import read_state, write_state  # noqa: E402
+from .model import Transformer, from_glassllm, to_glassllm  # noqa: E402
 
 __all__ = ["run", "main"]
 
