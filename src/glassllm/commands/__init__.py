@@ -42,7 +42,8 @@ def model_file(spec):
     if spec is None or spec == "bundled":
         path = checkpoint.bundled_model_path()
         if not path.exists():
-            raise ValueError(f"the bundled model {str(path)!r} is missing from this installation; "
+            said = "no --model FILE given and" if spec is None else "'bundled' names"
+            raise ValueError(f"{said} the bundled model {str(path)!r}, which is missing from this installation; "
                              "name a model file")
         return path
     return Path(spec)
