@@ -70,7 +70,7 @@ from . import dispatcher
 from .autograd import Tensor
 from .config import ModelConfig
 from .ops.rotary import rotation_matrices
-from .positions import causal_mask, positions
+from .positions import causal_mask, check_fits, positions
 
 __all__ = [
     "Module", "Linear", "Embedding", "RMSNorm", "Rotary", "Attention", "FeedForward",
@@ -695,10 +695,10 @@ class Transformer(Module):
             raise TypeError(f"cache must be a KVCache (model.new_cache(batch)) or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.start
         m = start + n
-        limit = self.config.max_seq_len if cache is None else cache.capacity
-        if m > limit:
-            what = "context length" if cache is None else "cache capacity"
-            raise ValueError(f"sequence of {m} positions (start {start} + {n} new) exceeds the {what} {limit}")
+        if cache is None:
+            check_fits(start, n, self.config.max_seq_len)
+        else:
+            check_fits(start, n, cache.capacity, "cache capacity")
         if cache is not None and cache.batch != B:
             raise ValueError(f"cache was made for batch {cache.batch}, got tokens with batch {B}")
         if cache is not None and (cache.k.dtype != self.dtype or cache.k.shape[0::2] != self._cache_axes):

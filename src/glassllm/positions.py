@@ -17,7 +17,19 @@ import numpy as np
 
 from .checks import is_int
 
-__all__ = ["causal_mask", "positions"]
+__all__ = ["causal_mask", "positions", "check_fits"]
+
+
+def check_fits(start: int, n: int, limit: int, what: str = "context length") -> None:
+    """Refuse a forward of ``n`` new tokens after ``start`` that passes ``limit`` positions (the model's
+    context, or a cache's capacity): one ValueError line naming both.
+
+    >>> check_fits(0, 513, 512)
+    Traceback (most recent call last):
+    ValueError: sequence of 513 positions (start 0 + 513 new) exceeds the context length 512
+    """
+    if start + n > limit:
+        raise ValueError(f"sequence of {start + n} positions (start {start} + {n} new) exceeds the {what} {limit}")
 
 
 def causal_mask(n: int, m: int, start: int = 0, pad: np.ndarray | None = None) -> np.ndarray:

@@ -24,6 +24,7 @@ from .. import kernels
 from ..autograd import Tensor
 from ..checks import ParameterError, check_int
 from ..generate import prompt_ids
+from ..positions import check_fits
 from .interventions import Intervention
 from .record import Step, Trace
 from .registry import axis_sizes, check_index, registry, resolve_all, storage_dtype
@@ -465,9 +466,7 @@ class LazyTrace(Trace):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
-        if tokens.shape[1] > model.config.max_seq_len:                  # as the model refuses it
-            raise ValueError(f"sequence of {tokens.shape[1]} positions (start 0 + {tokens.shape[1]} new) exceeds "
-                             f"the context length {model.config.max_seq_len}")
+        check_fits(0, tokens.shape[1], model.config.max_seq_len)          # as the model refuses it
         keep_bytes = check_int("keep_bytes", keep_bytes, low=0)
         shared = {id(p.data): p.data for p in model.parameters()}
         self._model = copy.deepcopy(model, shared)          # its own modules (and tracer slot), the same weights
