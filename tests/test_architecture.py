@@ -342,8 +342,8 @@ def test_private_attributes_of_other_modules_are_found(tmp_path, monkeypatch):
     assert private_attributes("glassllm.friend") == []            # it defines _mine on its own objects too
 
 
-@pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "positions", "interop.hf", "tokenizers.hfjson",
-                                    "tokenizers.bpe"])
+@pytest.mark.parametrize("module", ["checks", "files", "config", "commands", "positions", "interop.hf",
+                                    "tokenizers.hfjson", "tokenizers.bpe"])
 def test_doctests_of_the_shared_modules(module):
     assert doctest.testmod(importlib.import_module(f"glassllm.{module}")).failed == 0
 
