@@ -52,7 +52,12 @@ def client(parts):
 # The head grid
 # ----------------------------------------------------------------------------
 
-def test_the_head_grid_holds_every_heads_weights_and_gradients(parts, client):
+def test_the_head_grid_holds_every_heads_weights_and_gradients(parts, client, monkeypatch):
+    from glassllm.trace import LazyTrace
+
+    ran = []                                     # blocks a lazy trace runs again to answer a request
+    monkeypatch.setattr(LazyTrace, "_segment", lambda self, seg, real=LazyTrace._segment: ran.append(seg) or
+                        real(self, seg))
     model, tokenizer = parts
     ids = tokenizer.encode(PROMPT, allowed_special="all")
     n, L = len(ids), model.config.n_layers
@@ -71,6 +76,7 @@ def test_the_head_grid_holds_every_heads_weights_and_gradients(parts, client):
     want = np.stack([gref.grad("attn.softmax", layer=layer) for layer in range(L)])
     np.testing.assert_array_equal(decode_array(g["values"]), np.where(future, 0, want))
     assert g["target"] == 7
+    assert ran == []                             # both grids read what the pass's forward and backward kept
 
     iv = {"kind": "ablate", "layer": 0, "head": 1}
     a = post(client, "heads", {"prompt": PROMPT, "intervention": iv}).json()

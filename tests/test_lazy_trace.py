@@ -283,3 +283,24 @@ def test_what_a_lazy_trace_reserves_is_known_before_it_runs(dtype, keep_bytes, l
                                loss=loss, graph=loss)
     assert lazy.reserved_bytes == want
     assert bool(lazy._across) == (loss and keep_bytes == 1 << 30)       # both regimes of across() are covered
+
+
+@pytest.mark.parametrize("keep_bytes", [1 << 30, 0])
+def test_the_gradients_of_every_blocks_attention_weights_equal_a_full_traces(keep_bytes, monkeypatch):
+    """With room, the one-graph backward keeps them (no block runs again to read them); without, each block
+    runs again: the same numbers either way."""
+    config = CONFIGS["gqa3"]
+    model = randomize(Transformer(config, seed=10, dtype=np.float64), np.random.default_rng(11))
+    ids = np.arange(4, 15) % config.vocab_size
+    targets = (ids * 5 + 1) % config.vocab_size
+    full = trace(model, ids, targets=targets, interventions=[ZeroAblate(0, 1)])
+    lazy = LazyTrace(model, ids, targets, [ZeroAblate(0, 1)], keep_bytes=keep_bytes)
+    assert LazyTrace.grid_kept(config, len(ids), keep_bytes) == (keep_bytes > 0)
+    runs = []
+    monkeypatch.setattr(LazyTrace, "_segment", lambda self, seg, real=LazyTrace._segment: runs.append(seg) or
+                        real(self, seg))
+    got = lazy.across("attn.softmax", grads=True)
+    assert list(got) == [f"layers.{i}.attn.softmax" for i in range(config.n_layers)]
+    for k, g in got.items():
+        _close(g, full.grad(k), "grad " + k)
+    assert runs == ([] if keep_bytes else [f"layers.{i}" for i in range(config.n_layers)])

@@ -19,7 +19,7 @@ import base64
 import numpy as np
 
 from .. import kernels
-from ..checks import is_int
+from ..checks import is_int, shown
 from ..limits import parse_json
 from ..sampling import sampling_distribution
 from ..trace.explain import explain
@@ -208,8 +208,17 @@ def heads_view(run, req, config, ids: list[int], vocab: list[str]) -> dict:
     L, n = config.n_layers, len(ids)
     f = -(-n // THUMB_CELLS)
     weights, masks = [], []
-    # The weights alone: one forward for every layer (a lazy trace's across); gradients: block by block.
-    every = run.trace.across("attn.softmax", "attn.mask") if not req.grad and hasattr(run.trace, "across") else {}
+    # A lazy trace's across: what its forward and backward kept, else the weights up to each softmax, or each
+    # block's forward and backward for the gradients.
+    every = {}
+    if hasattr(run.trace, "across"):
+        every = run.trace.across("attn.mask") if req.grad else run.trace.across("attn.softmax", "attn.mask")
+        if req.grad:
+            every.update(run.trace.across("attn.softmax", grads=True))
+            bad = next((k for k, g in every.items() if g.dtype.kind == "f" and not np.isfinite(g).all()), None)
+            if bad is not None:
+                raise ValueError(f"the gradient of {shown(bad)} contains NaN or inf: the model's numbers overflow, "
+                                 "so its output is broken")
     for layer in range(L):
         a = every.get(f"layers.{layer}.attn.softmax")
         a = run.get(f"layers.{layer}.attn.softmax", None, req.grad) if a is None else a    # (H, n, n)

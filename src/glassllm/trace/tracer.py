@@ -441,7 +441,8 @@ class LazyTrace(Trace):
     block's snapshots on the same graph, so values and gradients are the full trace's bit for bit. With
     ``targets`` (or ``graph=True`` and a later :meth:`backward`), the forward's graph is kept until the
     backward, which then runs once over the whole model (the weights need no gradient: a trace keeps
-    none), and every block's attention weights are kept for :meth:`across` if they fit in ``keep_bytes``;
+    none), and every block's attention weights, and then their gradients, are kept for :meth:`across` if
+    the weights fit in ``keep_bytes`` (:meth:`grid_kept`);
     a backward without that graph runs a block at a time (as gradient checkpointing does), each block's
     forward again, passing the stored gradient on.
 
@@ -485,6 +486,8 @@ class LazyTrace(Trace):
         base = ["embed"] + [f"layers.{i}.resid_pre" for i in range(L)] + [f"layers.{L - 1}.resid_post", "logits"]
         self._graph = None
         self._across: dict[str, np.ndarray] = {}          # every block's attention weights, if kept
+        self._across_grads: dict[str, np.ndarray] = {}    # and their gradients, after the one-graph backward
+        self._grid_grads: list[str] = []
         if (graph or targets is not None) and ag.is_grad_enabled():
             probe = self._forward_kept(base)
         else:
@@ -545,18 +548,25 @@ class LazyTrace(Trace):
             self._always["embed.grad"] = g
         return self
 
-    def across(self, *locals_: str) -> dict[str, np.ndarray]:
-        """``layers.{i}.{local}`` of every block for each layer-local name, values only, nothing kept.
+    def across(self, *locals_: str, grads: bool = False) -> dict[str, np.ndarray]:
+        """``layers.{i}.{local}`` of every block for each layer-local name, nothing kept; ``grads``: their
+        gradients instead of their values.
 
-        Each block runs again from its kept input, under its reference code and the trace's
+        Values: each block runs again from its kept input, under its reference code and the trace's
         interventions, only until it has recorded those names: the head grid's softmax of every layer
-        costs every layer's norm and attention up to its softmax, not the model's whole forward."""
+        costs every layer's norm and attention up to its softmax, not the model's whole forward.
+        Gradients: each block's forward and backward (:meth:`grad`). Either is read at no cost where the
+        one-graph forward and backward kept it (every block's attention weights, and their gradients,
+        when they fit in ``keep_bytes``)."""
         names = [f"layers.{i}.{local}" for local in locals_ for i in range(len(self._inputs))]
         unknown = [k for k in names if k not in self.axes]
         if unknown:
             raise ValueError(f"{unknown[0]!r} is not a snapshot of this model")
-        if all(k in self._across for k in names):
-            return {k: self._across[k] for k in names}     # kept from the forward
+        kept = self._across_grads if grads else self._across
+        if all(k in kept for k in names):
+            return {k: kept[k] for k in names}             # kept from the forward (and its backward)
+        if grads:
+            return {k: self.grad(k) for k in names}
         model, n = self._model, self._n
         rope = model.rotary.tables(np.arange(0, n))                        # (n, D/2) each
         probe = _UpTo(model, names, dtype=self._dtype, interventions=self._interventions)
@@ -578,11 +588,15 @@ class LazyTrace(Trace):
         has the identity node a full trace gives it, so the gradients between the blocks are a full
         trace's, bit for bit."""
         model, n, tokens = self._model, self._n, self._tokens
-        probe = _SameGraph(model, base, dtype=self._dtype, interventions=self._interventions)
-        # Every block's attention weights and mask, for across() (the head grid), if they fit in keep_bytes.
-        c = model.config
-        if c.n_layers * (c.n_heads * 4 + 1) * n * n <= self._keep:
-            probe.also = frozenset(f"layers.{i}.attn.{k}" for i in range(c.n_layers) for k in ("softmax", "mask"))
+        # Every block's attention weights and mask, for across() (the head grid), if they fit in keep_bytes;
+        # and the weights' gradients too (recorded, so that the backward keeps them), if those fit as well.
+        kept = self.grid_kept(model.config, n, self._keep)
+        softmax = [f"layers.{i}.attn.softmax" for i in range(model.config.n_layers)]
+        probe = _SameGraph(model, base + softmax if kept else base, dtype=self._dtype,
+                           interventions=self._interventions)
+        if kept:
+            probe.also = frozenset(softmax + [f"layers.{i}.attn.mask" for i in range(model.config.n_layers)])
+        self._grid_grads = softmax if kept else []
         cos, sin = model.rotary.tables(np.arange(0, n))                    # (n, D/2)
         with weights_frozen(model), probe, kernels.chosen(model.kernel_slots, n=n, m=n, cache=None) as plan:
             model.begin_forward(plan, n=n, m=n, start=0, tokens=tokens)
@@ -597,6 +611,12 @@ class LazyTrace(Trace):
         self._across = {k: probe.trace.steps[0].values.pop(k) for k in probe.also}
         return probe
 
+    @staticmethod
+    def grid_kept(config, n: int, keep_bytes: int) -> bool:
+        """Does the one-graph forward keep every block's attention weights and mask for an ``n``-token prompt
+        (and its backward their gradients): when the weights and masks, as float32, fit in ``keep_bytes``."""
+        return config.n_layers * (config.n_heads * 4 + 1) * n * n <= keep_bytes
+
     def _backward_kept(self) -> None:
         """The loss back-propagated through the graph of :meth:`_forward_kept`: the gradient at each
         block's output and at the embedding."""
@@ -609,6 +629,7 @@ class LazyTrace(Trace):
         self.loss = float(loss.item())
         probe.collect_grads()
         grads = probe.trace.steps[0].grads
+        self._across_grads = {k: grads.pop(k) for k in self._grid_grads}   # the gradient head grid's
         for i in range(L - 1):
             k = f"layers.{i + 1}.resid_pre"
             entering = probe.entering.get(k)                                  # an intervention changes it
@@ -628,6 +649,7 @@ class LazyTrace(Trace):
         fixed = sum(a.nbytes for a in self._inputs) + self._final.nbytes + self.last_logits.nbytes + self.logits.nbytes
         fixed += sum(g.nbytes for g in self._out_grads if g is not None)
         fixed += sum(a.nbytes for a in self._always.values()) + sum(a.nbytes for a in self._across.values())
+        fixed += sum(a.nbytes for a in self._across_grads.values())
         return fixed + self._held
 
     @staticmethod
@@ -635,16 +657,19 @@ class LazyTrace(Trace):
                   graph: bool = True) -> int:
         """What the :attr:`reserved_bytes` of a lazy trace of an ``n``-token prompt come to, before it runs:
         the residual stream between the blocks, the logits, with a loss (``loss``) the gradient at each
-        block's output and the embedding's, with ``graph`` every block's attention weights when they fit
-        in ``keep_bytes``, and the kept blocks at their bound (or all of them, when that is less).
+        block's output and the embedding's, with ``graph`` every block's attention weights (and with a loss
+        their gradients) when they fit in ``keep_bytes``, and the kept blocks at their bound (or all of them,
+        when that is less).
         ``itemsize``: bytes per number of the model's dtype (4 for float32)."""
         L, C, V, H = config.n_layers, config.dim, config.vocab_size, config.n_heads
         stream = n * C * itemsize                                            # one (n, C) array
         fixed = (L + 1) * stream + (n + 1) * V * itemsize + stream           # inputs, final, logits, embed
         if loss:
             fixed += L * stream + stream                                     # the gradients between the blocks
-        if graph and L * (H * 4 + 1) * n * n <= keep_bytes:                  # as _forward_kept decides
+        if graph and LazyTrace.grid_kept(config, n, keep_bytes):            # as _forward_kept decides
             fixed += L * (H * itemsize + 1) * n * n                          # softmax (H, n, n) and mask (n, n)
+            if loss:
+                fixed += L * H * itemsize * n * n                            # and the softmax's gradients
         axes = registry(config)
         sizes = axis_sizes(config, n, n)
         values = sum(math.prod(sizes[a] for a in ax) for k, ax in axes.items() if k != "embed")
