@@ -76,7 +76,7 @@ def test_a_feature_matrix_shows_its_first_columns_and_the_sum_over_all(capsys, b
 def test_json_and_npy(capsys, bundled, tmp_path):
     model, tokenizer = bundled
     tokens = tokenizer.encode_prompt(PROMPT)
-    want = trace(model, tokens, names=["layers.1.attn.k"]).get("attn.k", layer=1, head=0)
+    want = trace(model, tokens).get("attn.k", layer=1, head=0)         # every layer's reference code
     path = tmp_path / "k.npy"
     code, out, _ = _run(capsys, "trace", PROMPT, "--snapshot", "attn.k", "--layer", "1", "--head", "0",
                         "--json", "--npy", str(path))
@@ -86,6 +86,14 @@ def test_json_and_npy(capsys, bundled, tmp_path):
     assert doc["shape"] == list(want.shape) and doc["tokens"] == tokenizer.pieces(tokens)
     np.testing.assert_array_equal(np.array(doc["values"], dtype=want.dtype), want)
     np.testing.assert_array_equal(np.load(path), want)
+    # The inspector's numbers for the same view, to the last bit (what a learner compares when hovering).
+    from glassllm.inspector import Inspector
+    from glassllm.inspector.schema import SnapshotRequest
+    from tests.test_inspector_api import decode_array
+
+    view = Inspector(model, tokenizer).snapshot(SnapshotRequest(prompt=PROMPT, name="attn.softmax", layer=1, head=2))
+    code, out, _ = _run(capsys, "trace", PROMPT, "--snapshot", "attn.softmax", "--layer", "1", "--head", "2", "--json")
+    np.testing.assert_array_equal(np.array(json.loads(out)["values"], dtype=np.float32), decode_array(view["values"]))
     # A negative layer and head count from the end, and are named by the index they stand for.
     code, out, _ = _run(capsys, "trace", PROMPT, "--snapshot", "attn.k", "--layer", "-1", "--head", "-1", "--json")
     doc = json.loads(out)

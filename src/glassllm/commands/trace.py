@@ -69,7 +69,6 @@ def select(model, tokens, snapshot: str, layer, head):
             raise ValueError(f"{snapshot!r} is in every layer: pass --layer 0..{layers[-1]}")
         raise ValueError(f"{snapshot!r} names {len(found)} snapshots ({', '.join(found[:4])}...): name one")
     full = found[0]
-    names = [full]
     letters = axes[full]
     h = head_axis(letters)
     if h is not None and head is None:
@@ -80,9 +79,8 @@ def select(model, tokens, snapshot: str, layer, head):
     shown = tuple(a for i, a in enumerate(letters) if i != h)
     mask_name = full.rsplit(".", 1)[0] + ".mask"
     masked = shown == ("n", "m") and full.endswith(("attn.scores", "attn.softmax"))
-    if masked:
-        names.append(mask_name)
-    t = trace(model, tokens, names=names)
+    # Every layer's reference code, as a full trace and the inspector run it: the same numbers to the last bit.
+    t = trace(model, tokens, lazy=True)
     values = t.get(full, head=head)
     mask = t.get(mask_name) if masked else None
     return full, shown, values, mask
