@@ -647,3 +647,24 @@ def test_import_hf_says_it_reads_folders_only(capsys):
     newer = capsys.readouterr().out
     assert "--tokenizer" in newer and "--tokenizer" not in older
     assert "a Hugging Face Llama folder (glassllm import also reads .gguf" in " ".join(older.split())
+
+
+def test_a_byte_level_tokenizer_saved_by_transformers_imports(good_folder, tmp_path):
+    """transformers saves a byte-level tokenizer with a post-processor that adds nothing (TemplateProcessing of
+    the text alone): it imports, and encodes as the tokenizers library does; a template adding a token does not."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    case = _copy(good_folder, tmp_path)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(case / "tokenizer.json"))
+    fast.save_pretrained(case)
+    doc = json.loads((case / "tokenizer.json").read_text())
+    if (doc.get("post_processor") or {}).get("type") != "TemplateProcessing":
+        pytest.skip(f"this transformers saves post_processor={doc.get('post_processor')!r}")
+    _, tok, perm = hf.import_hf(case, tmp_path / "m.safetensors")
+    text = " ".join(generated_stories(5, seed=6)) + " 12 345  \n\n  end"
+    theirs = tokenizers.Tokenizer.from_str(json.dumps(doc)).encode(text).ids
+    assert perm[tok.encode(text)].tolist() == theirs
+    doc["post_processor"]["single"].insert(0, {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}})
+    (case / "tokenizer.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"post_processor.single=.* is not supported; expected \[\$A\] alone"):
+        hf.import_hf(case, tmp_path / "m2.safetensors")

@@ -226,13 +226,19 @@ def tokenizer_from_hf(doc: dict, where: str = "tokenizer.json"):
 
     # Optional object fields, by their "type": none may change the text, and glassllm adds no tokens around it.
     for key, allowed, expected in (("normalizer", (), "null"),
-                                   ("post_processor", ("ByteLevel",), "null (no tokens added around the text)"),
+                                   ("post_processor", ("ByteLevel", "TemplateProcessing"),
+                                    "null, ByteLevel or a TemplateProcessing of the text alone (no tokens added)"),
                                    ("decoder", ("ByteLevel",), "'ByteLevel'")):
         value = doc.get(key)
         if value is not None and not isinstance(value, dict):
             raise unsupported(where, key, type(value).__name__, "an object or null")
         if value is not None and value.get("type") not in allowed:
             raise unsupported(where, key, value.get("type"), expected)
+    post = doc.get("post_processor")
+    if post is not None and post.get("type") == "TemplateProcessing":   # as transformers 5 saves one: the text alone
+        single = post.get("single")
+        if single != [{"Sequence": {"id": "A", "type_id": 0}}]:
+            raise unsupported(where, "post_processor.single", single, "[$A] alone (no tokens added around the text)")
     pattern = _check_pre_tokenizer(doc.get("pre_tokenizer"), where)
 
     vocab = model.get("vocab")
