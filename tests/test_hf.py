@@ -560,10 +560,13 @@ def _first_vocab_id(value):
     (_tokenizer_case(lambda doc: doc.update(post_processor="ByteLevel")), "post_processor='str'"),
     (_tokenizer_case(lambda doc: doc.update(added_tokens={"id": 5})), "added_tokens='dict'"),
     (_tokenizer_case(_first_vocab_id("x")), "='x' is not supported; expected an int id"),
+    (_config_case(hidden_size="32"), "hidden_size='32' is not supported; expected an int >= 1"),
+    (_config_case(num_attention_heads=4.0), "num_attention_heads=4.0 is not supported; expected an int >= 1"),
+    (_config_case(rope_parameters="default"), "rope_parameters='default' is not supported; expected an object"),
 ], ids=["no-config", "not-llama", "no-tokenizer", "vocab-mismatch", "attention-bias", "mlp-bias",
         "head-dim", "rope-scaling", "rope-type", "activation", "bias-tensor", "pickle", "no-weights",
         "wordpiece", "tied-as-text", "no-kv-heads", "decoder-list", "post-processor-str", "added-dict",
-        "vocab-id-str"])
+        "vocab-id-str", "width-as-text", "heads-as-float", "rope-parameters-str"])
 def test_bad_folders_get_one_clear_line(good_folder, tmp_path, capsys, mutate, needle):
     case = _copy(good_folder, tmp_path)
     mutate(case)

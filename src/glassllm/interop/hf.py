@@ -208,6 +208,8 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
         if key not in doc:
             raise ValueError(f"{where} has no {key!r}; expected a Llama config")
+        if not is_int(doc[key]) or doc[key] < 1:                  # "32", 4.0, true: not a size
+            raise _bad(where, key, doc[key], "an int >= 1")
     for key in ("attention_bias", "mlp_bias"):
         if doc.get(key, False):
             raise _bad(where, key, doc[key], "false (glassllm has no biases)")
@@ -224,9 +226,11 @@ def config_from_hf(doc: dict, where: str = "config.json") -> tuple[ModelConfig, 
         theta = scaling.get("rope_theta", theta)
     params = doc.get("rope_parameters")
     if params is not None:
-        if not isinstance(params, dict) or params.get("rope_type", "default") != "default":
-            raise _bad(where, "rope_parameters.rope_type",
-                       params.get("rope_type") if isinstance(params, dict) else params, "'default' (plain RoPE)")
+        if not isinstance(params, dict):
+            raise _bad(where, "rope_parameters", params, "an object such as {'rope_type': 'default', 'rope_theta': "
+                                                        "10000.0}")
+        if params.get("rope_type", "default") != "default":
+            raise _bad(where, "rope_parameters.rope_type", params.get("rope_type"), "'default' (plain RoPE)")
         extra = sorted(set(params) - {"rope_type", "rope_theta"})
         if extra:
             raise _bad(where, f"rope_parameters.{extra[0]}", params[extra[0]], "no such key (plain RoPE)")
