@@ -52,7 +52,8 @@ _TRAIN_HELP = {
     "short_repeat_fraction": "share of repeated-span windows during the sequence-length warm-up "
                              "(-1 = the same as --repeat-fraction)",
     "timeline_points": "log-spaced steps at which a probe prompt's attention, next-token distribution, "
-                       "held-out loss and a sample are kept in timeline.safetensors (0 = off)",
+                       "held-out loss and a sample are kept in timeline.safetensors, besides step 0 (the "
+                       "random initialisation; 0 = off)",
     "seed": "seed of the weight initialisation and of the batch sampler",
     "workers": "threads that each back-propagate a share of every batch's rows, with one BLAS thread each "
                "(data parallelism; the same gradients up to float rounding)",
