@@ -68,6 +68,65 @@ def test_byte_fallback_for_unseen_characters(trio):
     assert ours.decode(ids) == "a 😀 Ωμέγα\tتست\x00end"
 
 
+# Tiny models of a few letters, so that most characters are unknown to them: (training text, options).
+_FEW_LETTERS = "\n".join(f"the cat sat on the mat and the dog ran to the {w} park"
+                          for w in ("red", "big", "old", "sunny", "quiet") * 8)
+_SMALL_MODELS = {
+    "no byte fallback": (_FEW_LETTERS, dict(byte_fallback=False)),
+    "no byte fallback, pieces across words": (_FEW_LETTERS, dict(byte_fallback=False, split_by_whitespace=False)),
+    "no byte fallback, no piece for a space": ("\n".join(["thecatsatonthemat", "thedogranhome"] * 20),
+                                                dict(byte_fallback=False, add_dummy_prefix=False)),
+    "byte fallback": (_FEW_LETTERS, dict(byte_fallback=True)),
+}
+_UNKNOWN_RUNS = ["", "the\n\ncat", "日本語", "日本語 the cat", "the cat 日本語", "the 日本語 cat", "日 本 語",
+                 "😀😀 hi 😀", "a\n\nb\n\nc", "<|im_start|>hi<|im_end|>", "\n\n\n", "  日本  ",
+                 f"x{SPACE}日本", f"日{SPACE}本", "The CAT, the DOG!", "sunny?! 42 parks...", "the\tcat\r\nsat"]
+
+
+@pytest.fixture(scope="module", params=list(_SMALL_MODELS))
+def small(request, tmp_path_factory):
+    """(glassllm's SPTokenizer, sentencepiece's processor) for a tiny model that lacks most characters."""
+    spm = need("sentencepiece")
+    text, options = _SMALL_MODELS[request.param]
+    folder = tmp_path_factory.mktemp("small")
+    (folder / "t.txt").write_text(text, encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(folder / "t.txt"), model_prefix=str(folder / "m"), model_type="bpe",
+                                   vocab_size=400 if options["byte_fallback"] else 60, hard_vocab_limit=False,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   character_coverage=1.0, minloglevel=2, num_threads=1, **options)
+    return load_sentencepiece_model(folder / "m.model"), spm.SentencePieceProcessor(model_file=str(folder / "m.model"))
+
+
+def _check_unknowns(small, text):
+    ours, sp = small
+    ids = ours.encode(text)
+    assert ids == sp.encode(text)
+    assert ours.decode(ids) == sp.decode(ids)
+    if text.strip():                                                      # a story is read the same way
+        assert ours.encode_corpus(text).tolist() == [sp.bos_id(), *sp.encode(text.strip())]
+    if ours.byte_fallback:
+        assert ours.decode(ids) == text.replace(SPACE, " ")
+    return ids
+
+
+def test_a_run_of_unknown_characters_is_one_unk(small):
+    """Without byte fallback, sentencepiece gives one <unk> for each run of characters it cannot spell."""
+    ours, sp = small
+    for text in _UNKNOWN_RUNS:
+        _check_unknowns(small, text)
+    ids = ours.encode("the\n\ncat")
+    if ours.byte_fallback:
+        assert ours.pieces(ids).count("<0x0A>") == 2                       # each character its bytes, unmerged
+    else:
+        assert ids.count(sp.unk_id()) == 1 and ours.decode(ids) == sp.decode(ids) == "the \u2047 cat"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet="thecasdog \n\t日本😀<|>!", max_size=30))
+def test_random_unknown_runs_equal_sentencepiece(small, text):
+    _check_unknowns(small, text)
+
+
 def test_equals_on_tinystories_held_out_text(trio, shared_data):
     path = shared_data / "tinystories" / "valid.txt"
     if not path.is_file():

@@ -7,8 +7,8 @@ vocabulary is a list of pieces, each with a score and a type:
 =========  ============================================================
 type       pieces
 =========  ============================================================
-unknown    ``<unk>``: a character the vocabulary cannot spell (only
-           without byte fallback)
+unknown    ``<unk>``: a run of characters the vocabulary cannot spell
+           (only without byte fallback)
 control    ``<s>`` (begin of text) and ``</s>`` (end of text): never
            produced from text, and decode to nothing
 byte       ``<0x00>`` .. ``<0xFF>``: **byte fallback**, the UTF-8 bytes
@@ -43,7 +43,10 @@ Encoding ``"Hi there"``, step by step
    :attr:`SPTokenizer.merges` lists every such pair, best score first.
 4. **Ids.** Each symbol that is a normal piece becomes its id. One that is not
    (an emoji the vocabulary never saw) becomes the ids of its UTF-8 bytes,
-   ``<0xF0> <0x9F> <0x98> <0x80>`` (byte fallback), or ``<unk>`` without it.
+   ``<0xF0> <0x9F> <0x98> <0x80>`` (byte fallback), or ``<unk>`` without it:
+   one ``<unk>`` for a whole run of such symbols (``"😀😀"`` is one ``<unk>``,
+   ``"😀 😀"`` two, the ``▁`` between them being a piece), as ``sentencepiece``
+   does; it decodes to `` ⁇ `` however many characters it stood for.
 
 This is what the ``sentencepiece`` library does for a BPE model with the
 "identity" normaliser (no Unicode normalisation), what Hugging Face
@@ -256,10 +259,13 @@ class SPTokenizer(TextTokenizer):
         if at_start and self._add_prefix:
             text = SPACE + text
         if self._words is None:                                            # a piece spans words: all at once
-            out.extend(self._ids(self._merge(list(text))))
-            return
-        for word in self._words(text):
-            out.extend(self._encode_word(word))
+            ids = self._ids(self._merge(list(text)))
+        else:
+            ids = [i for word in self._words(text) for i in self._encode_word(word)]
+        unk = self._unk_id
+        if not self._byte_fallback and ids.count(unk) > 1:                 # a run of unknowns is one <unk>
+            ids = [i for k, i in enumerate(ids) if i != unk or k == 0 or ids[k - 1] != unk]
+        out.extend(ids)
 
     def encode(self, text: str, allowed_special="none") -> list[int]:
         """The ids of ``text`` (no ``<s>``: see :meth:`encode_prompt`).
