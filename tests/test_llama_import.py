@@ -194,6 +194,7 @@ def _refused(capsys, tmp_path, source, needle, *extra):
     err = capsys.readouterr().err
     assert err.startswith("glassllm import: error:") and needle in err and err.count("\n") == 1, err
     assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+    return err
 
 
 def test_bad_gguf_files(llama, tmp_path, capsys):
@@ -259,3 +260,131 @@ def test_biases_are_refused(llama, tmp_path, capsys):
     cfg["attention_bias"] = True
     (folder / "config.json").write_text(json.dumps(cfg))
     _refused(capsys, tmp_path, folder, "attention_bias=True is not supported")
+
+
+# ----------------------------------------------------------------------------
+# GGUF metadata and llama2.c headers, on small files written here (no PyTorch)
+# ----------------------------------------------------------------------------
+
+_PIECES = ["<unk>", "<s>", "</s>", *[f"<0x{b:02X}>" for b in range(256)], "\u2581a", "a", "\u2581the"]
+
+
+def _tiny_gguf(path, **changes):
+    """A complete Llama GGUF (L=2, C=16, H=4, G=2, F=32, random float32 weights, a byte-fallback
+    vocabulary), written with gguf's own writer; ``changes`` replaces metadata values by key, with
+    ``__`` for the dots (a value of None drops the key)."""
+    gguf = need("gguf")
+    from glassllm.config import ModelConfig
+    from glassllm.interop.gguf import GGUF_NAMES
+
+    V = len(_PIECES)
+    meta = {"llama.context_length": 64, "llama.embedding_length": 16, "llama.block_count": 2,
+            "llama.feed_forward_length": 32, "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+            "llama.rope.dimension_count": 4, "llama.rope.freq_base": 10000.0,
+            "llama.attention.layer_norm_rms_epsilon": 1e-5, "tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": _PIECES, "tokenizer.ggml.scores": [-float(i) for i in range(V)],
+            "tokenizer.ggml.token_type": [2, 3, 3, *[6] * 256, 1, 1, 1], "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0}
+    meta.update({key.replace("__", "."): value for key, value in changes.items()})
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in meta.items():
+        if value is None:
+            continue
+        if isinstance(value, list):
+            w.add_array(key, value)
+        elif isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_uint32(key, value)
+    shapes = ModelConfig(vocab_size=V, dim=16, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=32).param_shapes()
+    rng = np.random.default_rng(0)
+    for theirs, ours in GGUF_NAMES(2).items():
+        w.add_tensor(theirs, (0.1 * rng.standard_normal(shapes[ours])).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("changes, refused", [
+    ({"llama__rope__scaling__factor": 2.0}, "llama.rope.scaling.factor=2.0"),
+    ({"llama__rope__scale_linear": 2.0}, "llama.rope.scale_linear=2.0"),
+    ({"llama__rope__scaling__type": "none", "llama__rope__scaling__factor": 2.0}, "llama.rope.scaling.factor=2.0"),
+], ids=["scaling.factor", "scale_linear", "type none, factor 2"])
+def test_a_gguf_rope_scaling_factor_is_refused(tmp_path, capsys, changes, refused):
+    """A RoPE scaling factor other than 0 or 1, under either key and whatever the scaling type says,
+    is refused by key and value: glassllm computes plain RoPE, which would give other numbers."""
+    path = _tiny_gguf(tmp_path / "m.gguf", **changes)
+    _refused(capsys, tmp_path, path, f"{path}: {refused} scales RoPE, which is not supported; expected no factor, "
+                                     "0 or 1 (glassllm computes plain RoPE)")
+
+
+@pytest.mark.parametrize("factor", [0.0, 1.0])
+def test_a_gguf_rope_scaling_factor_of_0_or_1_is_plain_rope(tmp_path, factor):
+    from glassllm.interop.gguf import read_gguf
+
+    plain = read_gguf(_tiny_gguf(tmp_path / "plain.gguf"))[0]
+    assert read_gguf(_tiny_gguf(tmp_path / "m.gguf", llama__rope__scaling__factor=factor))[0] == plain
+
+
+@pytest.mark.parametrize("key, value, refused", [
+    ("llama.context_length", "abc", "llama.context_length='abc' is a string; expected an integer"),
+    ("llama.attention.head_count_kv", [2, 1], "llama.attention.head_count_kv=[2, 1] differs between layers; "
+                                              "expected the same value for every layer"),
+    ("llama.attention.head_count_kv", [2, 2, 2], "llama.attention.head_count_kv=[2, 2, 2] has 3 entries; expected "
+                                                 "one per layer (llama.block_count=2)"),
+    ("llama.context_length", [64, 64], "llama.context_length=[64, 64] is a list; expected an integer"),
+    ("llama.attention.layer_norm_rms_epsilon", [1e-5], "is a list; expected a number"),
+    ("tokenizer.ggml.scores", ["a"] * len(_PIECES), "=['a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a', '... "
+                                                    "holds a string ('a'); expected a list of numbers"),
+    ("tokenizer.ggml.tokens", list(range(len(_PIECES))), "holds an integer (0); expected a list of strings"),
+    ("tokenizer.ggml.add_bos_token", "false", "tokenizer.ggml.add_bos_token='false' is a string; "
+                                              "expected true or false"),
+], ids=["string for an integer", "per-layer list, two values", "per-layer list, one too many",
+        "list for a size no layer has", "list for a number", "strings for scores", "integers for tokens",
+        "string for true or false"])
+def test_gguf_metadata_of_another_type_is_refused_by_key(tmp_path, capsys, key, value, refused):
+    """Metadata of a type glassllm cannot take as it is: one line naming the file, the key, the value
+    (shortened) and the type expected."""
+    path = _tiny_gguf(tmp_path / "m.gguf", **{key.replace(".", "__"): value})
+    err = _refused(capsys, tmp_path, path, refused)
+    assert f"{path}: {key}=" in err and len(err) < 300, err
+
+
+def test_a_gguf_per_layer_list_of_one_value_is_that_value(tmp_path):
+    """llama.cpp allows head counts and MLP widths per layer: the same value for every layer reads as that value."""
+    from glassllm.interop.gguf import read_gguf
+
+    config, state, _ = read_gguf(_tiny_gguf(tmp_path / "plain.gguf"))
+    per_layer = read_gguf(_tiny_gguf(tmp_path / "layers.gguf", llama__attention__head_count=[4, 4],
+                                     llama__attention__head_count_kv=[2, 2], llama__feed_forward_length=[32, 32]))
+    assert per_layer[0] == config and (config.n_heads, config.n_kv_heads, config.ffn_dim) == (4, 2, 32)
+    assert per_layer[1].keys() == state.keys()
+    for name, w in state.items():
+        np.testing.assert_array_equal(per_layer[1][name], w, err_msg=name)
+
+
+def test_a_gguf_claiming_too_many_metadata_keys_says_keys():
+    from glassllm.interop.gguf import check_counts
+
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 2**40)
+    with pytest.raises(ValueError) as e:
+        check_counts(head, 10**6, "m.gguf")
+    assert str(e.value) == "'m.gguf': metadata_kv_count=1099511627776 is over the limit of 16,384 metadata keys"
+
+
+@pytest.mark.parametrize("field, value, refused", [
+    ("seq_len", 2**31 - 1, "seq_len=2147483647 is over the limit of 131,072 positions"),
+    ("n_layers", 2**30, "n_layers=1073741824 is over the limit of 1,024 layers"),
+    ("dim", 2**20 + 64, "dim=1048640 is over the limit of 65,536 widths"),
+])
+def test_a_llama2c_header_over_a_limit_names_the_limit(tmp_path, capsys, field, value, refused):
+    """A positive header number above glassllm's limits is refused as over the limit, by field and value."""
+    header = dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=256, seq_len=64)
+    header[field] = value
+    path = tmp_path / "model.bin"
+    path.write_bytes(struct.pack("<7i", *header.values()))
+    _refused(capsys, tmp_path, path, f"{path}: {refused}")

@@ -63,6 +63,8 @@ LIMITS: dict[str, Limit] = {
     "context": Limit("positions", 1 << 17,
                      "Llama 3.1's context; the rotary tables are built for every position when a model loads"),
     "tensors": Limit("tensors", 16_384, "a model of 1,024 layers has 9,219 tensors"),
+    "metadata": Limit("metadata keys", 16_384, "a GGUF's header: llama.cpp's converters write a few dozen keys "
+                                               "(a vocabulary is one key)"),
     "dims": Limit("dimensions", 8, "a weight has 1 or 2; a trace's snapshots at most 4"),
     "string": Limit("bytes", 1 << 20, "one string in a file (a token's piece, a metadata value); "
                                       "documents are bounded by their size below"),

@@ -8,7 +8,12 @@ the ``gguf`` package, the reader llama.cpp's own project maintains.
 What glassllm can hold
 ----------------------
 - ``general.architecture`` = ``llama``, no experts, plain RoPE over whole heads
-  (no ``rope.scaling``, no ``rope_freqs`` tensor), no biases;
+  (no ``rope.scaling`` type, a scaling factor of 1 or none, no ``rope_freqs``
+  tensor), no biases; a head count or MLP width given per layer (a list, as
+  llama.cpp allows) only if every layer's is the same;
+- metadata of the types llama.cpp writes (an integer for a size, a number for
+  ``layer_norm_rms_epsilon``, a list of strings for the tokens...): a value of
+  another type is refused, naming its key;
 - tensors in F32, F16, BF16, or Q8_0 (blocks of 32 int8 values and one float16
   scale, *dequantised* to float32: the model then computes with exactly the
   values ``gguf`` dequantises); every other quantisation is refused, naming the
@@ -41,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checks import shown
 from ..config import ModelConfig
 from ..files import read_head
 from ..limits import check_count, check_fits
@@ -102,13 +108,28 @@ def check_counts(head: bytes, size: int, where: str) -> None:
     if version not in (2, 3):
         raise ValueError(f"{where!r}: GGUF version {version} is not supported; expected 2 or 3")
     check_count("tensor_count", n_tensors, "tensors", repr(where))
-    check_count("metadata_kv_count", n_kv, "tensors", repr(where))
+    check_count("metadata_kv_count", n_kv, "metadata", repr(where))
     check_fits(24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES, size,
                f"its {n_kv:,} metadata keys and {n_tensors:,} tensor descriptions", repr(where))
 
 
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split()) or type(e).__name__
+
+
+_KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
+_PLURALS = {int: "integers", float: "numbers", str: "strings"}
+
+
+def _kind_of(value) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _is(value, kind) -> bool:
+    """Whether the metadata ``value`` is of ``kind``: an integer is a number too, true or false is neither."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
 
 
 def read_gguf(path):
@@ -121,35 +142,69 @@ def read_gguf(path):
     where = str(path)
     reader = _open(path)
 
-    def get(key, default=None):
+    def get(key, default=None, kind=None, layers=None):
+        """Metadata ``key`` (``default`` if absent), of type ``kind`` if given; with ``layers``, a list of
+        one value per layer (as llama.cpp allows) is that value, if every layer's is the same."""
         field = reader.fields.get(key)
         if field is None:
             return default
         try:
-            return field.contents()
+            value = field.contents()
         except Exception as e:
             raise ValueError(f"{where}: metadata {key!r} cannot be read ({_one_line(e)})") from None
+        if kind is None:
+            return value
+        if layers is not None and isinstance(value, list) and value and all(_is(v, kind) for v in value):
+            if len(value) != layers:
+                raise ValueError(f"{where}: {key}={shown(value, 60)} has {len(value)} entries; expected one per "
+                                 f"layer (llama.block_count={layers})")
+            if any(v != value[0] for v in value):
+                raise ValueError(f"{where}: {key}={shown(value, 60)} differs between layers; expected the same "
+                                 "value for every layer (glassllm's layers are all alike)")
+            value = value[0]
+        if not _is(value, kind):
+            per_layer = " (or a list of one per layer)" if layers is not None else ""
+            raise ValueError(f"{where}: {key}={shown(value, 60)} is {_kind_of(value)}; expected {_KINDS[kind]}"
+                             f"{per_layer}")
+        return float(value) if kind is float else value
+
+    def get_list(key, kind):
+        """The list metadata ``key`` (None if absent), each item of type ``kind``."""
+        value = get(key)
+        if value is None:
+            return None
+        bad = next((v for v in value if not _is(v, kind)), None) if isinstance(value, list) else value
+        if bad is not None:
+            held = f"is {_kind_of(value)}" if bad is value else f"holds {_kind_of(bad)} ({shown(bad, 20)})"
+            raise ValueError(f"{where}: {key}={shown(value, 60)} {held}; expected a list of {_PLURALS[kind]}")
+        return value
 
     arch = get("general.architecture")
     if arch != "llama":
         raise ValueError(f"{where}: general.architecture={arch!r} is not supported; expected 'llama'")
-    if get("llama.expert_count", 0):
-        raise ValueError(f"{where}: llama.expert_count={get('llama.expert_count')} is not supported; "
-                         "expected no experts (a dense Llama)")
+    experts = get("llama.expert_count", 0, int)
+    if experts:
+        raise ValueError(f"{where}: llama.expert_count={experts} is not supported; expected no experts (a dense Llama)")
     scaling = get("llama.rope.scaling.type")
     if scaling not in (None, "none"):
         raise ValueError(f"{where}: llama.rope.scaling.type={scaling!r} is not supported; expected none (plain RoPE)")
+    for key in ("llama.rope.scaling.factor", "llama.rope.scale_linear"):     # llama.cpp reads either
+        factor = get(key, kind=float)
+        if factor not in (None, 0.0, 1.0):
+            raise ValueError(f"{where}: {key}={factor} scales RoPE, which is not supported; expected no factor, "
+                             "0 or 1 (glassllm computes plain RoPE)")
     for key in ("llama.embedding_length", "llama.block_count", "llama.feed_forward_length",
                 "llama.attention.head_count"):
         if get(key) is None:
             raise ValueError(f"{where} has no {key!r}; expected a Llama GGUF")
-    dim, heads = int(get("llama.embedding_length")), int(get("llama.attention.head_count"))
-    rope_dims = get("llama.rope.dimension_count")
-    if rope_dims is not None and heads and int(rope_dims) * heads != dim:
+    n_layers = get("llama.block_count", kind=int)
+    dim, heads = get("llama.embedding_length", kind=int), get("llama.attention.head_count", kind=int, layers=n_layers)
+    rope_dims = get("llama.rope.dimension_count", kind=int)
+    if rope_dims is not None and heads and rope_dims * heads != dim:
         raise ValueError(f"{where}: llama.rope.dimension_count={rope_dims} is not supported; expected the whole "
                          f"head, {dim}/{heads}")
-    key_len = get("llama.attention.key_length")
-    if key_len is not None and heads and int(key_len) * heads != dim:
+    key_len = get("llama.attention.key_length", kind=int)
+    if key_len is not None and heads and key_len * heads != dim:
         raise ValueError(f"{where}: llama.attention.key_length={key_len} is not supported; expected {dim}/{heads}")
 
     # The tokenizer.
@@ -157,15 +212,15 @@ def read_gguf(path):
     if tok_model != "llama":
         raise ValueError(f"{where}: tokenizer.ggml.model={tok_model!r} is not supported; expected 'llama' "
                          "(SentencePiece BPE)")
-    if get("tokenizer.ggml.remove_extra_whitespaces", False):
+    if get("tokenizer.ggml.remove_extra_whitespaces", False, bool):
         raise ValueError(f"{where}: tokenizer.ggml.remove_extra_whitespaces=true is not supported; expected false")
-    tokens = get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, list) or not tokens:
+    tokens = get_list("tokenizer.ggml.tokens", str)
+    if not tokens:
         raise ValueError(f"{where} has no tokenizer.ggml.tokens; expected the vocabulary")
     V = len(tokens)
     check_count("tokenizer.ggml.tokens", V, "vocabulary", where)
-    scores = get("tokenizer.ggml.scores") or [0.0] * V
-    types = get("tokenizer.ggml.token_type") or [1] * V
+    scores = get_list("tokenizer.ggml.scores", float) or [0.0] * V
+    types = get_list("tokenizer.ggml.token_type", int) or [1] * V
     if len(scores) != V or len(types) != V:
         raise ValueError(f"{where}: {V} tokens but {len(scores)} scores and {len(types)} token types; "
                          "expected one of each per token")
@@ -175,29 +230,30 @@ def read_gguf(path):
     pieces = [(p, float(s), _TOKEN_TYPES[int(t)]) for p, s, t in zip(tokens, scores, types)]
     for key, name in (("tokenizer.ggml.bos_token_id", "<s>"), ("tokenizer.ggml.eos_token_id", "</s>"),
                       ("tokenizer.ggml.unknown_token_id", "<unk>")):
-        i = get(key)
-        if i is None or not 0 <= int(i) < V:                    # absent, or a sentinel such as 4294967295
+        i = get(key, kind=int)
+        if i is None or not 0 <= i < V:                         # absent, or a sentinel such as 4294967295
             continue
-        if tokens[int(i)] != name:
-            raise ValueError(f"{where}: {key}={i} is {tokens[int(i)]!r}; expected the piece {name!r}")
-    add_bos = bool(get("tokenizer.ggml.add_bos_token", True))
-    if get("tokenizer.ggml.add_eos_token", False):
+        if tokens[i] != name:
+            raise ValueError(f"{where}: {key}={i} is {tokens[i]!r}; expected the piece {name!r}")
+    add_bos = get("tokenizer.ggml.add_bos_token", True, bool)
+    if get("tokenizer.ggml.add_eos_token", False, bool):
         raise ValueError(f"{where}: tokenizer.ggml.add_eos_token=true is not supported; expected false")
     try:
         tokenizer = SPTokenizer(pieces, add_bos=add_bos,
-                                add_dummy_prefix=bool(get("tokenizer.ggml.add_space_prefix", True)),
+                                add_dummy_prefix=get("tokenizer.ggml.add_space_prefix", True, bool),
                                 byte_fallback=any(t == 6 for t in types))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: tokenizer: {e}") from None
 
     tied = not any(t.name == "output.weight" for t in reader.tensors)   # the head is the embedding
+    sizes = dict(vocab_size=get("llama.vocab_size", V, int), dim=dim, n_layers=n_layers, n_heads=heads,
+                 n_kv_heads=get("llama.attention.head_count_kv", heads, int, n_layers),
+                 ffn_dim=get("llama.feed_forward_length", kind=int, layers=n_layers),
+                 max_seq_len=get("llama.context_length", 2048, int),
+                 norm_eps=get("llama.attention.layer_norm_rms_epsilon", 1e-5, float),
+                 rope_theta=get("llama.rope.freq_base", 10000.0, float))
     try:
-        config = ModelConfig(
-            vocab_size=int(get("llama.vocab_size", V)), dim=dim, n_layers=int(get("llama.block_count")),
-            n_heads=heads, n_kv_heads=int(get("llama.attention.head_count_kv", heads)),
-            ffn_dim=int(get("llama.feed_forward_length")), max_seq_len=int(get("llama.context_length", 2048)),
-            norm_eps=float(get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_theta=float(get("llama.rope.freq_base", 10000.0)), tie_embeddings=tied)
+        config = ModelConfig(**sizes, tie_embeddings=tied)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
     if config.vocab_size != V:

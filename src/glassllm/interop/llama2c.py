@@ -44,11 +44,15 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..files import read_file
+from ..limits import check_count
 
 __all__ = ["read_llama2c", "read_llama2c_tokenizer", "MAGIC"]
 
 MAGIC = 0x616B3432
 _HEADER_KEYS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
+# Each header number's entry in glassllm.limits.LIMITS.
+_LIMIT_OF = {"dim": "width", "hidden_dim": "ffn", "n_layers": "layers", "n_heads": "heads", "n_kv_heads": "heads",
+             "vocab_size": "vocabulary", "seq_len": "context"}
 
 
 def _header(data: memoryview, where: str) -> tuple[dict, int, bool, int]:
@@ -79,9 +83,10 @@ def read_llama2c(path, tokenizer_path=None):
     data = memoryview(read_file(path))
     p, version, shared, offset = _header(data, where)
     for key, value in p.items():
-        if value <= 0 or value > 1 << 20:
+        if value <= 0:
             raise ValueError(f"{where}: header says {key}={value}, which is not a llama2.c model; "
                              "expected a positive size (is this a llama2.c .bin?)")
+        check_count(key, value, _LIMIT_OF[key], where)
     C, F, L, H, G, V, T = (p[k] for k in _HEADER_KEYS)
     if C % H or H % G:
         raise ValueError(f"{where}: header says dim={C}, n_heads={H}, n_kv_heads={G}; expected dim divisible by "
