@@ -26,8 +26,10 @@ const Controls = (() => {
     return out;
   }
 
-  // The head last chosen on head axis ``axis`` ("H" or "G").
-  const rememberedHead = (axis) => heads[axis];
+  // The head a view on head axis ``axis`` ("H" or "G") lands on, as a new selection would: the one last
+  // chosen on that axis, or, for key/value heads while query heads are chosen, the K/V head the query head reads.
+  const rememberedHead = (axis) => axis === "G" && lastAxis === "H"
+    ? Math.floor(heads.H / state.info.model.n_heads * state.info.model.n_kv_heads) : heads[axis];
 
   // The header's second line: where the numbers come from, and which path (kernel or reference) the layers took.
   function drawModeLine(paths) {
@@ -149,11 +151,12 @@ const Controls = (() => {
   }
 
   // A selection made on the page (its controls, the model map, the head grid): the view loads, and how long
-  // that took goes to glass.timings.
+  // that took goes to glass.timings. An open step-through follows the Head buttons too.
   function userSelect(sel) {
     const t0 = performance.now();
     Object.assign(state, normalizeSelection(sel));
     sync();
+    if (state.tab === "walk") Walk.redraw();
     return Heatmap.load().then(() => glass.timings.push({what: Object.keys(sel).join(","), ms: performance.now() - t0}));
   }
 

@@ -31,7 +31,7 @@ const fmt = (v, d = 4) => {
 
 const nice = (n) => n.toLocaleString("en-US");
 
-const plural = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+const plural = (n, noun, many = noun + "s") => `${n} ${n === 1 ? noun : many}`;
 
 // A number at the precision of the dtype it was computed in: float32 values are shown with the fewest
 // digits that read back as the same float32 (at most 9), float64 ones with JavaScript's shortest (at most 17).

@@ -7,7 +7,8 @@ const Generate = (() => {
 
   function drawStepLine(r) {
     const line = $("step-line");
-    if (!r.step) line.textContent = `step 0: the prompt, n = ${r.m} queries, m = ${r.m} keys, nothing cached yet`;
+    if (!r.step) line.textContent = `step 0: the prompt, n = ${plural(r.m, "query", "queries")}, ` +
+      `m = ${plural(r.m, "key")}, nothing cached yet`;
     else line.textContent = `step ${r.step}: fed "${r.fed.piece}" · n = 1 · m = ${r.m} ` +
       `(${r.m - 1} cached + 1 new)`;
     if (r.finished) line.textContent += ` · ${r.finished}`;

@@ -31,7 +31,12 @@ const Grid = (() => {
         r.mask = r.mask || Api.decode(r.masked);
         draw(r);
       },
-      fail: () => { $("head-grid").replaceChildren(); glass.grid = null; },
+      // Nothing shown: no title, scale or reading notes of the previous view either.
+      fail: () => {
+        $("head-grid").replaceChildren(); glass.grid = null;
+        for (const id of ["grid-title", "grid-legend-lo", "grid-legend-hi", "grid-legend-note"]) $(id).textContent = "";
+        $("grid-howto").replaceChildren(el("p", {}, "No heads to read: see the message above."));
+      },
     });
   }
 

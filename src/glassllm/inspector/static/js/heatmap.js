@@ -273,8 +273,13 @@ const Heatmap = (() => {
     const what = r.grad ? `∂ loss / ∂ ${r.name}` : r.name;
     $("view-name").textContent = what + headTxt;
     const iv = state.intervention && !r.step ? ` · with intervention: ${Interventions.text(state.intervention)}` : "";
-    const stepTxt = r.step ? `decoding step ${r.step}: n = ${r.n} new query, m = ${r.m} keys (${r.start} cached + ${r.n} new)`
-      : `prompt pass: n = ${r.n} queries, m = ${r.m} keys`;
+    // n counts the pass's positions; they are queries, and m keys, only in a view with a key axis (m).
+    const keys = r.axes.includes("m");
+    const stepTxt = r.step
+      ? `decoding step ${r.step}: n = ${r.n} new ${keys ? "query" : "position"}` +
+        (keys ? `, m = ${r.m} keys (${r.start} cached + ${r.n} new)` : `, after ${r.start} cached`)
+      : `prompt pass: n = ${keys ? plural(r.n, "query", "queries") : plural(r.n, "position")}` +
+        (keys ? `, m = ${plural(r.m, "key")}` : "");
     const shape = `shape (${r.axes.filter((a) => a).map((a, i) => `${a} = ${r.shape[i]}`).join(", ")})`;
     const target = r.grad ? ` · loss = −log p(${JSON.stringify(r.target_piece)}) at the last position` : "";
     $("view-shape").textContent = `${shape} · ${stepTxt}${target}${iv}`;

@@ -4,6 +4,7 @@
 
 const Interventions = (() => {
   const pickHint = $("iv-cell").textContent;   // the page's own words for "no cell picked yet"
+  const OFFLINE_EDIT = "setting a number needs a new forward pass: run glassllm inspect";
 
   function text(iv) {
     if (iv.kind === "ablate") return `head ${iv.head} of layer ${iv.layer} ablated (its mix zeroed)`;
@@ -168,15 +169,16 @@ const Interventions = (() => {
       cursor.j > (r.start || 0) + cursor.i;
     b.disabled = !cursor || !editable(r) || stale || masked || future;
     b.textContent = cursor ? `Edit cell (${cursor.i}, ${cursor.j})` : "Edit this cell";
-    b.title = future && !masked ? "a future key: masked in the pass an edit runs on (the edit would replace " +
-      "the mask switch)" : "set the picked number in the prompt's pass (Intervene); key: E";
+    b.title = Api.embedded ? OFFLINE_EDIT
+      : future && !masked ? "a future key: masked in the pass an edit runs on (the edit would replace the mask switch)"
+      : "set the picked number in the prompt's pass (Intervene); key: E";
   }
 
   async function editCell() {
     const r = state.snapshot;
     if (!state.cell || $("edit-cell").disabled) return;
     const {i, j} = state.cell;
-    let was = r.data[i * state.layout.cols + j];
+    let was = r.data[i * state.layout.cols + j], dtype = r.values.dtype;
     if (state.intervention) {
       // The view shows the numbers under the current intervention; the edit replaces it, so ask for the plain one.
       const body = Heatmap.body();
@@ -184,11 +186,13 @@ const Interventions = (() => {
       try {
         const plain = await Api.ask("snapshot", body);
         was = Api.decode(plain.values)[i * plain.shape[1] + j];
+        dtype = plain.values.dtype;
       } catch (e) { /* keep the shown number */ }
     }
+    was = precise(was, dtype);      // as the readout shows it: a float32 in its shortest digits, the same bits
     state.editing = {name: r.local, layer: r.layer, head: r.head_axis ? r.head : null, row: i, col: j, was};
     document.querySelector("input[name=iv][value=edit]").checked = true;
-    $("iv-value").value = String(was);
+    $("iv-value").value = was;
     await apply();   // applied at once (to the number it had: nothing moves yet), so page and panel agree
     $("iv-value").focus();
     $("iv-value").select();
@@ -205,8 +209,9 @@ const Interventions = (() => {
     // Escape in the value box goes back to the heatmap, to the cell being edited.
     $("iv-value").addEventListener("keydown", (e) => { if (e.key === "Escape") { e.preventDefault(); $("heatmap").focus(); } });
     if (Api.embedded) {
-      $("edit-cell").title = "setting a number needs a new forward pass: run glassllm inspect";
-      document.querySelector("input[name=iv][value=edit]").disabled = true;
+      const radio = document.querySelector("input[name=iv][value=edit]");
+      $("edit-cell").title = radio.parentElement.title = OFFLINE_EDIT;
+      radio.disabled = true;
     }
     const off = info.offline;
     if (off && !off.interventions) {

@@ -50,6 +50,8 @@ const Lens = (() => {
         return tr;
       });
       table.replaceChildren(head, ...rows);
+      // Wider than its card, the table scrolls: start at its right end, the last position (the Next-token card's).
+      table.parentElement.scrollLeft = table.parentElement.scrollWidth;
     }, positions ? {positions} : {});
   }
 

@@ -5,7 +5,7 @@
 const Save = (() => {
   function modelText() { return $("model-line").textContent; }
 
-  // The numbers of a view as {title, fields (for the JSON), columns, rows: [[label, ...values]]}, or null.
+  // The numbers of a view as {title, fields (for the JSON), columns, rows: [[label, ...values]], picture?}, or null.
   function viewTable(kind) {
     if (kind === "heatmap") {
       const h = glass.heatmap;
@@ -35,11 +35,15 @@ const Save = (() => {
     if (kind === "lens") {
       const r = glass.lens;
       if (!r) return null;
-      const [first, stop] = r.positions;
+      const [first, stop] = r.positions, pieces = r.pieces.slice(first, stop);
       return {title: "logit-lens", fields: {snapshot: "logit lens (resid streams through the final norm and output)",
                                             positions: r.positions, length: r.length},
-              columns: ["stream", ...r.pieces.slice(first, stop).map((p, i) => `${first + i} ${p}`)],
-              rows: r.streams.map((name, s) => [name, ...r.top_pieces[s].map((p, i) => `${p} (${r.prob[s][i]})`)])};
+              columns: ["stream", ...pieces.map((p, i) => `${first + i} ${p}`)],
+              rows: r.streams.map((name, s) => [name, ...r.top_pieces[s].map((p, i) => `${p} (${r.prob[s][i]})`)]),
+              // the PNG shows the table as the page does: spaces as ␣, probabilities to 2 decimals
+              picture: {columns: ["stream", ...pieces.map((p, i) => `${first + i} ${show(p)}`)],
+                        rows: r.streams.map((name, s) => [name, ...r.top_pieces[s].map((p, i) =>
+                          `${show(p)} ${r.prob[s][i].toFixed(2)}`)])}};
     }
     if (kind === "attribution") {
       const r = glass.attribution;
@@ -77,10 +81,12 @@ const Save = (() => {
     setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
   }
 
-  // A list or table view drawn as a table on a canvas, for its PNG.
+  // A list or table view drawn as a table on a canvas, for its PNG (t.picture: the cells as the page shows
+  // them, where they differ from the saved numbers). cv.lines: the text drawn, one tab-separated line a row.
   function tableCanvas(t) {
-    const shown = t.rows.slice(0, 80);
-    const widths = t.columns.map((c, j) => Math.min(160, Math.max(String(c).length, ...shown.map((r) =>
+    const {columns, rows} = t.picture || t;
+    const shown = rows.slice(0, 80);
+    const widths = columns.map((c, j) => Math.min(160, Math.max(String(c).length, ...shown.map((r) =>
       String(typeof r[j] === "number" ? fmt(r[j]) : r[j]).length)) * 7 + 12));
     const W = widths.reduce((a, b) => a + b, 0), H = 22 * (shown.length + 2) + 8;
     const cv = el("canvas");
@@ -89,12 +95,14 @@ const Save = (() => {
     g.fillStyle = "#fffdf8"; g.fillRect(0, 0, W, H);
     g.font = "12px ui-monospace, monospace"; g.fillStyle = "#2b2a27"; g.textBaseline = "middle";
     g.fillText(`${t.title} · ${state.prompt.slice(0, 80)}`, 6, 12);
-    [t.columns, ...shown].forEach((row, i) => {
+    cv.lines = [columns, ...shown].map((row, i) => {
       let x = 6;
-      row.forEach((v, j) => {
-        g.fillText(clip(String(typeof v === "number" ? fmt(v) : v), Math.floor(widths[j] / 7) - 1), x, 34 + 22 * i);
+      return row.map((v, j) => {
+        const s = clip(String(typeof v === "number" ? fmt(v) : v), Math.floor(widths[j] / 7) - 1);
+        g.fillText(s, x, 34 + 22 * i);
         x += widths[j];
-      });
+        return s;
+      }).join("\t");
     });
     return cv;
   }
@@ -116,6 +124,7 @@ const Save = (() => {
     } else {
       const canvas = kind === "heatmap" ? $("heatmap") : kind === "grid" ? gridCanvas() : tableCanvas(t);
       canvas.toBlob((b) => saveFile(base + ".png", b), "image/png");
+      if (canvas.lines) text = canvas.lines.join("\n");      // a table's PNG: the text it shows
     }
     glass.saved = {kind, format, name: base + "." + format, text};
     return glass.saved;
