@@ -19,7 +19,8 @@ Measured, 1 BLAS thread (``--threads``), medians of ``--repeats``:
   loss back-propagated; glassllm's full trace and its lazy trace), 64 greedy tokens;
 - decoding alone, in a fresh process: 64 greedy tokens and the peak RSS they add above the loaded model;
 - the inspector, in a fresh process: the first view of a 32- and a 256-token prompt and the switches
-  after it (another layer, a gradient of another layer, the head grid, the logit lens), and its peak RSS;
+  after it (another layer, a gradient of another layer, the head grid and its gradients, the logit lens), and
+  its peak RSS;
 - the offline export of a 32-token prompt: its default bound, and with two layers chosen (``--no-export``
   leaves it out).
 
@@ -277,6 +278,7 @@ def phase_inspector(path: str, n: int) -> dict:
         "the final norm": timed(inspector.snapshot, SnapshotRequest(prompt=prompt, name="norm.out")),
         "the logit lens": timed(inspector.lens, PromptRequest(prompt=prompt)),
         "the head grid": timed(inspector.heads, HeadsRequest(prompt=prompt)),
+        "the head grid's gradients": timed(inspector.heads, HeadsRequest(prompt=prompt, grad=True)),
     }
     switches_cpu = dict(zip(switches, list(cpu.values())[1:]))
     return {"tokens": n_tokens, "first_s": first, "switches_s": switches,

@@ -49,7 +49,7 @@ CACHE_MB = 512          # the least memory the default cache has, in MB
 def default_cache_mb(model, limits: Limits, least: float = CACHE_MB) -> float:
     """MB for three traced passes of the longest prompt ``limits`` allow (:func:`~glassllm.inspector.runs.run_bound`),
     and at least ``least``: the bundled model's passes are small, a 135M-parameter Llama's at 256 tokens
-    about 290 MB each."""
+    about 365 MB each."""
     return max(float(least), 3 * run_bound(model, limits.max_prompt_tokens) / 2**20)
 
 
