@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_path, folder_texts, make_folder, one_or_many, read_file
+from .files import atomic_path, folder_texts, make_folder, neither_file_nor_folder, one_or_many, read_file
 from .optional import require
 from .tokenizers.corpus import EOT
 
@@ -82,8 +82,7 @@ def expand_paths(paths) -> list[Path]:
         elif path.is_file():
             files.append(path)
         elif path.exists():
-            raise ValueError(f"data path {str(path)!r} is not a regular file or folder (a device, a pipe or a "
-                             "socket): expected a text file or a folder of .txt files")
+            raise neither_file_nor_folder(path, "data path ")
         else:
             raise ValueError(f"data path {str(path)!r} does not exist")
     if not files:

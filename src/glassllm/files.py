@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "reading", "read_file", "open_file", "one_or_many", "is_path", "folder_texts", "text_files", "texts_and_files",
+    "reading", "read_file", "open_file", "one_or_many", "is_path", "folder_texts", "text_files",
+    "neither_file_nor_folder", "texts_and_files",
     "atomic_path", "atomic_write", "make_folder", "file_in_folder", "refuse_to_replace", "read_head",
     "starts_like_safetensors",
     "read_safetensors", "read_safetensors_metadata", "encode_safetensors", "write_safetensors", "read_tagged",
@@ -123,9 +124,15 @@ def text_files(path) -> list[Path]:
     if p.is_dir():
         return folder_texts(p)
     if p.exists():
-        raise ValueError(f"{str(path)!r} is not a regular file or folder (a device, a pipe or a socket): "
-                         "expected a text file or a folder of .txt files")
+        raise neither_file_nor_folder(path)
     raise ValueError(f"no such file or folder: {str(path)!r}")
+
+
+def neither_file_nor_folder(path, label: str = "") -> ValueError:
+    """The one-line error for a text path that exists but is neither a file nor a folder (``label``: what
+    the path is, before its name: ``"data path "``)."""
+    return ValueError(f"{label}{str(path)!r} is not a regular file or folder (a device, a pipe or a socket): "
+                      "expected a text file or a folder of .txt files")
 
 
 def texts_and_files(source) -> Iterator[str | Path]:

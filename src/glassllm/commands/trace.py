@@ -56,10 +56,11 @@ def add_snapshots_cli(name: str, parser) -> None:
 
 
 def select(model, tokens, snapshot: str, layer, head):
-    """``(full name, axes, values, mask or None)`` of one snapshot of the forward of ``tokens``: the
-    tracer's ``get`` with ``layer`` and ``head``; the mask is the (n, m) causal mask for a matrix over keys."""
+    """``(full name, axes, values, mask or None, head)`` of one snapshot of the forward of ``tokens``: the
+    tracer's ``get`` with ``layer`` and ``head`` (returned counted from the first: -1 is the last head); the
+    mask is the (n, m) causal mask for a matrix over keys."""
     from ..trace import trace
-    from ..trace.registry import head_axis, resolve
+    from ..trace.registry import check_index, head_axis, resolve
 
     axes = model.snapshot_axes()
     found = resolve(snapshot, axes, layer)
@@ -71,10 +72,12 @@ def select(model, tokens, snapshot: str, layer, head):
     full = found[0]
     letters = axes[full]
     h = head_axis(letters)
-    if h is not None and head is None:
+    if h is not None:
         size = {"H": model.config.n_heads, "G": model.config.n_kv_heads}[letters[h]]
-        raise ValueError(f"{full} has a head axis ({letters[h]} = {size}): pass --head 0..{size - 1}")
-    if h is None and head is not None:
+        if head is None:
+            raise ValueError(f"{full} has a head axis ({letters[h]} = {size}): pass --head 0..{size - 1}")
+        head = check_index(head, "head", size)
+    elif head is not None:
         raise ValueError(f"{full} has no head axis (axes {', '.join(letters)}): leave out --head")
     shown = tuple(a for i, a in enumerate(letters) if i != h)
     mask_name = full.rsplit(".", 1)[0] + ".mask"
@@ -83,7 +86,7 @@ def select(model, tokens, snapshot: str, layer, head):
     t = trace(model, tokens, lazy=True)
     values = t.get(full, head=head)
     mask = t.get(mask_name) if masked else None
-    return full, shown, values, mask
+    return full, shown, values, mask, head
 
 
 def _cell(v, decimals: int) -> str:
@@ -150,17 +153,12 @@ def run(args) -> int:
     if args.max_columns < 1:
         raise ValueError(f"--max-columns {args.max_columns}: expected 1 or more")
     from ..generate import prompt_ids
-    from ..trace.registry import head_axis
 
     model, tokenizer, _ = load_model_option(args.model)
     tokens = prompt_ids(args.prompt, model, tokenizer)                   # as generate reads it, and refuses ''
-    full, axes, values, mask = select(model, tokens, args.snapshot, args.layer, args.head)
+    full, axes, values, mask, head = select(model, tokens, args.snapshot, args.layer, args.head)
     pieces = tokenizer.pieces(tokens)
     layer = int(full.split(".")[1]) if full.startswith("layers.") else None
-    head = args.head
-    if head is not None and head < 0:                                   # -1: the last head, named as such
-        letter = model.snapshot_axes()[full][head_axis(model.snapshot_axes()[full])]
-        head += model.config.n_heads if letter == "H" else model.config.n_kv_heads
     if args.npy:
         buf = io.BytesIO()
         np.save(buf, values)

@@ -46,8 +46,13 @@ class Run:
 
     def get(self, full: str, head: int | None, grad: bool) -> np.ndarray:
         read = self.trace.grad if grad else self.trace.get
-        a = read(full, head=head, step=self.step)
-        if a.dtype.kind == "f" and not np.isfinite(a).all():       # a lazy trace's block, computed just now
+        return self.checked(full, read(full, head=head, step=self.step), grad)
+
+    @staticmethod
+    def checked(full: str, a: np.ndarray, grad: bool) -> np.ndarray:
+        """``a``, the values (or with ``grad`` the gradient) of ``full`` read from a pass, if finite: a lazy
+        trace's block is computed when read, so nothing else has looked at it yet."""
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise ValueError(f"{'the gradient of ' if grad else ''}{shown(full)} contains NaN or inf: the model's "
                              "numbers overflow, so its output is broken")
         return a

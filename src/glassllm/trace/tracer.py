@@ -670,21 +670,22 @@ class LazyTrace(Trace):
             fixed += L * (H * itemsize + 1) * n * n                          # softmax (H, n, n) and mask (n, n)
             if loss:
                 fixed += L * H * itemsize * n * n                            # and the softmax's gradients
-        axes = registry(config)
+        return fixed + min(keep_bytes, LazyTrace._blocks_bytes(config, registry(config), n, itemsize))
+
+    @staticmethod
+    def _blocks_bytes(config, axes: dict, n: int, itemsize: int) -> int:
+        """Bytes of every block's snapshots and their gradients (the final norm and head's too: every name
+        but the embedding, which is always kept) for an ``n``-token prompt."""
         sizes = axis_sizes(config, n, n)
         values = sum(math.prod(sizes[a] for a in ax) for k, ax in axes.items() if k != "embed")
-        return fixed + min(keep_bytes, 2 * values * itemsize)
+        return 2 * values * itemsize                                         # values and their gradients
 
     @property
     def reserved_bytes(self) -> int:
         """What the trace may grow to: what it holds outside the kept blocks, plus the kept blocks at their
         bound -- or at the size of every block's snapshots and gradients together, when that is smaller."""
         if self._all_blocks is None:
-            item = np.dtype(self.dtype).itemsize
-            sizes = axis_sizes(self.config, self._n, self._n)
-            values = sum(math.prod(sizes[a] for a in axes) for k, axes in self.axes.items()
-                         if self._segment_of(k) is not None)
-            self._all_blocks = 2 * values * item                # values and their gradients
+            self._all_blocks = self._blocks_bytes(self.config, self.axes, self._n, np.dtype(self.dtype).itemsize)
         return self.nbytes - self._held + min(self._keep, self._all_blocks)
 
     # -- reading -----------------------------------------------------------------
