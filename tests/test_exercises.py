@@ -219,6 +219,48 @@ def test_ctrl_c_in_the_file_still_interrupts(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "glassllm check: interrupted"
 
 
+@pytest.mark.parametrize("raising, said", [("GeneratorExit", "GeneratorExit"),
+                                           ("GeneratorExit('bye')", "GeneratorExit: bye"),
+                                           ("Boom('no')", "Boom: no")])
+def test_a_base_exception_from_the_file_is_a_wrong_answer(raising, said, tmp_path, capsys):
+    """Exceptions outside Exception (GeneratorExit, a student's own BaseException) fail the answer in one
+    line, at import and when the function runs, as sys.exit does; only Ctrl-C stops the check."""
+    bad = tmp_path / "a.py"
+    head = "class Boom(BaseException):\n    pass\n\n"
+    bad.write_text(f"{head}raise {raising}\n", encoding="utf-8")
+    assert main(["check", "softmax", str(bad)]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"softmax: wrong: a.py line 4 raised {said}\n" and err == "", (out, err)
+    bad.write_text(f"{head}def softmax(x):\n    raise {raising}\n", encoding="utf-8")
+    assert main(["check", "softmax", str(bad)]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == f"softmax: wrong: softmax raised {said}" and lines[1].startswith("  on: x (")
+    assert len(lines) == 2 and err == "", (out, err)
+    result = check("softmax", load_function(bad, "softmax"))          # the same from Python
+    assert not result.passed and result.message.splitlines()[0] == f"softmax: wrong: softmax raised {said}"
+
+
+@pytest.mark.parametrize("data, line, at", [
+    (b"import numpy as np\n\ndef softmax(x):\n    return x\x00\n", 4, 48),
+    (b"import numpy as np\r\n\r\ndef softmax(x):\r\n    return x\x00\r\n", 4, 51),   # Windows lines
+    (b"x = 1\ry = 2\x00\n", 2, 11),                                                    # old Mac lines
+    (b"\x00def softmax(x):\n    return x\n", 1, 0),
+])
+def test_a_nul_byte_in_the_file_is_named_with_its_line(data, line, at, tmp_path, capsys):
+    """Python refuses source with a NUL byte without saying where; the checker names the line and the
+    byte's position (counted here by hand), and the check could not run: exit code 2."""
+    bad = tmp_path / "a.py"
+    bad.write_bytes(data)
+    assert main(["check", "softmax", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"glassllm check: error: a.py line {line}: a NUL byte (0x00) at position {at}; "
+                                 "expected Python source text, which has no NUL bytes: remove it, then check "
+                                 "again\n"), err
+    with pytest.raises(ValueError, match=f"^a.py line {line}: a NUL byte"):
+        load_function(bad, "softmax")
+
+
 def test_bad_usage_is_exit_code_2_with_one_line(tmp_path, capsys):
     other = tmp_path / "other.py"
     other.write_text("def soft_max(x):\n    return x\n", encoding="utf-8")

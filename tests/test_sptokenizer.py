@@ -155,6 +155,53 @@ def test_specials_and_end_ids(trio):
     assert b"".join(ours.token_bytes(i, a) for a, i in zip(ids, ids[1:])) == b"Once upon a time"
 
 
+def _with_specials(sp, parts):
+    """The ids of ``parts``, each a text (sentencepiece's own encoding) or "<s>", "</s>", "<unk>" (its id)."""
+    special = {"<s>": sp.bos_id(), "</s>": sp.eos_id(), "<unk>": sp.unk_id()}
+    return [i for part in parts for i in ([special[part]] if part in special else sp.encode(part))]
+
+
+# Control pieces at the start, in the middle and at the end; <unk> among them; pieces that are only a
+# space, and byte pieces, right after a control piece.
+_CONTROL_PLACES = [
+    ["<s>", "Once upon", "<s>", "a time"], ["Once upon", "</s>", "a time"], ["</s>", "a time"],
+    ["<s>", "</s>", "Once upon"], ["<s>", "Once upon", "</s>", "<s>", "a time", "</s>"], ["<s>", "<s>", "a"],
+    ["Once", "<s>", "  a time"], ["<s>", "  Once"], ["Once upon", "</s>"], ["<s>"], ["</s>", "<s>"],
+    ["<unk>", "Once"], ["<s>", "<unk>", "Once"], ["Once", "<s>", "<unk>", "a time"], ["</s>", "<unk>", "</s>"],
+    ["<s>", "日本 a", "</s>", "😀 time", "<s>", "\nend"], ["Once", "<s>", "日"], ["<s>", "", "</s>", " x"],
+]
+
+
+def _check_control_places(ours, sp):
+    for parts in _CONTROL_PLACES:
+        ids = _with_specials(sp, parts)
+        assert ours.decode(ids) == sp.decode(ids), (parts, sp.id_to_piece(ids))
+
+
+def test_control_pieces_anywhere_decode_as_in_sentencepiece(trio):
+    """The dummy prefix's space is taken back once, from the first piece that is not a control piece;
+    control pieces later on change nothing, as in ``sentencepiece`` (whose decode is compared here)."""
+    ours, sp = trio[:2]
+    _check_control_places(ours, sp)
+    assert ours.decode(_with_specials(sp, ["<s>", "Once upon", "<s>", "a time", "</s>"])) == "Once upon a time"
+    assert ours.decode(_with_specials(sp, ["</s>", "<s>", "a time"])) == "a time"
+    assert ours.decode_bytes(_with_specials(sp, ["Once", "</s>", "a"])) == b"Once a"
+
+
+def test_control_pieces_in_tiny_models_decode_as_in_sentencepiece(small):
+    """The same without byte fallback (<unk> for what the vocabulary cannot spell) and without the dummy prefix."""
+    _check_control_places(*small)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet="thecasdog \n日😀", max_size=8),
+                          st.sampled_from(["<s>", "</s>", "<unk>"])), max_size=8))
+def test_random_control_pieces_decode_as_in_sentencepiece(small, parts):
+    ours, sp = small
+    ids = _with_specials(sp, parts)
+    assert ours.decode(ids) == sp.decode(ids)
+
+
 def test_merges_are_the_pairs_that_make_a_piece(trio):
     ours = trio[0]
     for a, b, piece in ours.merges:

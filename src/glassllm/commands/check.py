@@ -6,8 +6,9 @@
     glassllm check softmax --stub > softmax.py  # the stub to fill in
     glassllm check softmax softmax.py           # 0: right; 1: wrong, with what is wrong
 
-Bad usage (an unknown exercise, a missing file, a folder, a file not in UTF-8, a syntax error,
-a file without the function) is exit code 2, like every other command's bad input.
+Bad usage (an unknown exercise, a missing file, a folder, a file not in UTF-8, a NUL byte in the
+file, a syntax error, a file without the function) is exit code 2, like every other command's bad
+input. Anything the file raises while it runs (sys.exit too) is a wrong answer, exit code 1.
 """
 
 from __future__ import annotations

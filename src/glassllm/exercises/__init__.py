@@ -110,21 +110,28 @@ def check(name: str, answer) -> Result:
 def load_function(path, name: str):
     """The function ``name`` defined in the Python file at ``path``.
 
-    A missing file or a folder is an ``OSError``; a file that is not UTF-8 or not
-    valid Python (a syntax error: nothing could run) or does not define ``name`` is
-    a ``ValueError``. A file that fails while it runs (an exception or sys.exit at
-    import) is the student's answer failing: a failed :class:`Result`.
+    A missing file or a folder is an ``OSError``; a file that is not UTF-8, holds a
+    NUL byte or is not valid Python (a syntax error: nothing could run), or does not
+    define ``name``, is a ``ValueError``. A file that fails while it runs (any
+    exception at import, sys.exit and GeneratorExit too) is the student's answer
+    failing: a failed :class:`Result`. Ctrl-C still stops the check.
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(21, "is a folder, not a file", str(path))
     if not path.is_file():
         raise FileNotFoundError(2, "no such file", str(path))
+    data = path.read_bytes()
     try:
-        source = path.read_text(encoding="utf-8")
+        source = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at position "
                          f"{e.start}); expected a Python source file in UTF-8") from None
+    nul = data.find(b"\0")
+    if nul >= 0:                              # Python refuses such source before it reads a line of it
+        line = len((data[:nul] + b"_").splitlines())    # the lines Python counts: \n, \r\n or \r ends one
+        raise ValueError(f"{path.name} line {line}: a NUL byte (0x00) at position {nul}; expected Python "
+                         "source text, which has no NUL bytes: remove it, then check again")
     try:
         compile(source, str(path), "exec")
     except SyntaxError as e:                  # nothing ran: the check could not start, it did not find a wrong answer
@@ -134,7 +141,9 @@ def load_function(path, name: str):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except (Exception, SystemExit) as e:  # the student's file failed while it ran
+    except KeyboardInterrupt:                 # Ctrl-C stops the check, as it stops every command
+        raise
+    except BaseException as e:                # the student's file failed while it ran (sys.exit too)
         line = next((fr.lineno for fr in reversed(traceback.extract_tb(e.__traceback__))
                      if fr.filename == spec.origin), None)
         at = f" line {line}" if line else ""

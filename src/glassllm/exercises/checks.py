@@ -41,19 +41,22 @@ def _tol(dtype) -> float:
 
 def raised(e: BaseException) -> str:
     """An exception from the student's code in words: ``ZeroDivisionError: division by zero``,
-    or ``SystemExit(0): sys.exit was called``."""
+    ``SystemExit(0): sys.exit was called``, or its name alone when it has no message (``GeneratorExit``)."""
     if isinstance(e, SystemExit):
         return f"SystemExit({e.code!r}): sys.exit was called"
-    return f"{type(e).__name__}: {e}"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def _call(f, name: str, args: tuple, on: str):
-    """``f(*args)`` as a NumPy array; any exception (sys.exit too) or non-array answer is a Wrong."""
+    """``f(*args)`` as a NumPy array; any exception (sys.exit too, but not Ctrl-C) or non-array answer
+    is a Wrong."""
     try:
         out = f(*args)
     except NotImplementedError:
         raise Wrong(f"{name.split('(')[0]} is not written yet: it raises NotImplementedError") from None
-    except (Exception, SystemExit) as e:  # the student's code failed: say how, on which input
+    except KeyboardInterrupt:                 # Ctrl-C stops the check, as it stops every command
+        raise
+    except BaseException as e:                # the student's code failed: say how, on which input
         raise Wrong(f"{name} raised {raised(e)}\n  on: {on}") from None
     if not isinstance(out, np.ndarray):
         raise Wrong(f"{name} returned {type(out).__name__}, expected a NumPy array\n  on: {on}")

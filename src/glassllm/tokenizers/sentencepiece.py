@@ -70,10 +70,22 @@ Decoding
 --------
 Each id gives bytes: a normal piece its text with ``▁`` as a space, a byte
 piece its byte, ``<s>`` and ``</s>`` nothing, ``<unk>`` `` ⁇ `` (as
-``sentencepiece`` shows it). The dummy prefix is taken back: a piece that
-starts the text, or follows ``<s>``, loses its leading space (run.c's rule).
+``sentencepiece`` shows it). The dummy prefix is taken back once:
+:meth:`SPTokenizer.decode` drops the leading space of the first piece that is
+not a control piece, wherever the control pieces are, as ``sentencepiece``
+does, so ``<s> ▁Once ▁upon <s> ▁a ▁time`` decodes to ``"Once upon a time"``.
 So ``decode(encode(text)) == text`` for any text without ``▁`` itself
-(``▁`` in the text decodes as a space, in ``sentencepiece`` too).
+(``▁`` in the text decodes as a space, in ``sentencepiece`` too). Byte pieces
+that do not make UTF-8 become U+FFFD, one for each broken character, as
+Python decodes bytes; ``sentencepiece`` writes one for each byte, and ends a
+run of byte pieces at a control piece.
+
+:meth:`SPTokenizer.token_bytes` gives one id's bytes after the id before it,
+for text that arrives a token at a time (generation, the bytes an evaluation
+counts). It follows run.c: a piece at the start or right after ``<s>`` loses
+its leading space, because ``<s>`` begins a new text. The two differ only
+around control pieces other than one ``<s>`` at the start, which generation
+never produces: it stops at ``</s>`` and at ``<s>``.
 
 Which token ends generation
 ---------------------------
@@ -323,13 +335,8 @@ class SPTokenizer(TextTokenizer):
 
     # -- decoding ------------------------------------------------------------------
 
-    def token_bytes(self, token_id: int, after: int | None = None) -> bytes:
-        """The bytes ``token_id`` adds to the text after the id ``after`` (None: at the start).
-
-        The dummy prefix is taken back: a piece at the start or right after
-        ``<s>`` loses one leading space.
-        """
-        (i,) = self.check_ids([token_id])
+    def _piece_bytes(self, i: int, starts_text: bool) -> bytes:
+        """The bytes of id ``i``; a piece that ``starts_text`` loses the dummy prefix's space."""
         kind = self._types[i]
         if kind == "byte":
             return bytes([int(self._pieces[i][3:5], 16)])
@@ -338,14 +345,25 @@ class SPTokenizer(TextTokenizer):
         if kind == "unknown":
             return UNKNOWN_TEXT.encode("utf-8")
         text = self._pieces[i].replace(SPACE, " ")
-        if self._add_prefix and (after is None or after == self._bos) and text.startswith(" "):
+        if self._add_prefix and starts_text and text.startswith(" "):
             text = text[1:]
         return text.encode("utf-8")
 
+    def token_bytes(self, token_id: int, after: int | None = None) -> bytes:
+        """The bytes ``token_id`` adds to the text after the id ``after`` (None: at the start).
+
+        The dummy prefix is taken back: a piece at the start or right after
+        ``<s>`` loses one leading space (run.c's rule for a stream of tokens).
+        """
+        (i,) = self.check_ids([token_id])
+        return self._piece_bytes(i, after is None or after == self._bos)
+
     def decode_bytes(self, ids) -> bytes:
-        """The bytes of ``ids``: each id's :meth:`token_bytes` after the one before it."""
+        """The bytes of ``ids``, as ``sentencepiece`` decodes them: control pieces give nothing wherever
+        they are, and the first piece that is not one loses the dummy prefix's space."""
         ids = self.check_ids(ids)
-        return b"".join(self.token_bytes(i, ids[k - 1] if k else None) for k, i in enumerate(ids))
+        first = next((k for k, i in enumerate(ids) if self._types[i] != "control"), None)
+        return b"".join(self._piece_bytes(i, k == first) for k, i in enumerate(ids))
 
     def piece(self, token_id: int) -> str:
         """The piece of one id as the vocabulary spells it (``▁the``, ``<0x0A>``, ``<s>``), control
