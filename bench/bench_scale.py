@@ -610,6 +610,9 @@ def markdown(results: dict, env: dict) -> str:
         lines.append(f"{shape}: {cpu}{e.get('cpu_count')} cores, load average before/after "
                      f"{_loads(e.get('load_average_before'))} / {_loads(e.get('load_average_after'))} "
                      "(shared with other jobs while measured).")
+        for entry, e in r.get("measured_again", {}).items():
+            lines.append(f"{shape}, {entry} measured again: load average before/after "
+                         f"{_loads(e.get('load_average_before'))} / {_loads(e.get('load_average_after'))}.")
     return "\n".join(lines) + "\n"
 
 
@@ -625,7 +628,9 @@ def _merged(out: Path, measured: dict, entries: list[str], command: str) -> tupl
         unknown = [e for e in entries if e not in r]
         if unknown:
             raise SystemExit(f"--update: no entry {unknown[0]!r}; expected some of {', '.join(r)}")
-        results.setdefault(shape, r).update({e: r[e] for e in entries})
+        kept = results.setdefault(shape, r)
+        kept.update({e: r[e] for e in entries})
+        kept.setdefault("measured_again", {}).update({e: r["environment"] for e in entries})   # its own machine load
     return results, f"{old['command']}; {', '.join(entries)} of {', '.join(measured)} again: {command}", \
         old["environment"]
 

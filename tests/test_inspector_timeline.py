@@ -91,6 +91,32 @@ def test_the_head_grid_holds_every_heads_weights_and_gradients(parts, client, mo
         assert bad.status_code == 400 and message in bad.json()["error"], (body, bad.text)
 
 
+def test_the_head_grid_is_kept_on_its_own_bound_beyond_the_kept_blocks(parts, monkeypatch):
+    """A large model's grid (every block's weights and gradients) outgrows the bytes of blocks a pass keeps;
+    it has a bound of its own, so its gradients are still read without running any block again."""
+    from glassllm.inspector import runs
+    from glassllm.trace import LazyTrace
+
+    model, tokenizer = parts
+    n = len(tokenizer.encode(PROMPT, allowed_special="all"))
+    monkeypatch.setattr(runs, "KEEP_BYTES", 1)                    # not even one block is kept
+    assert not LazyTrace.grid_kept(model.config, n, runs.kept_block_bytes(512 << 20))
+    inspector = Inspector(model, tokenizer, Limits(max_prompt_tokens=128, max_new_tokens=4))
+    assert LazyTrace.grid_kept(model.config, n, runs.kept_grid_bytes(inspector.cache.max_bytes))
+    ran = []
+    monkeypatch.setattr(LazyTrace, "_segment", lambda self, seg, real=LazyTrace._segment: ran.append(seg) or
+                        real(self, seg))
+    app = TestClient(create_app(inspector), base_url="http://127.0.0.1")
+    g = post(app, "heads", {"prompt": PROMPT, "grad": True, "target": 7}).json()
+    targets = np.full(n, -100)
+    targets[-1] = 7
+    gref = trace(model, np.array(tokenizer.encode(PROMPT, allowed_special="all")), targets=targets)
+    want = np.stack([gref.grad("attn.softmax", layer=layer) for layer in range(model.config.n_layers)])
+    np.testing.assert_array_equal(decode_array(g["values"]), np.where(np.triu(np.ones((n, n), bool), 1), 0, want))
+    assert ran == []
+    assert inspector.cache.stats()["bytes"] <= runs.run_bound(model, 128, inspector.cache.max_bytes)
+
+
 def test_a_long_prompts_thumbnails_are_block_means_of_the_allowed_cells(parts, client):
     model, tokenizer = parts
     prompt = " ".join(["once upon a time the little dog ran and the cat sat"] * 4)

@@ -271,18 +271,22 @@ def test_a_lazy_trace_longer_than_the_context_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("keep_bytes, loss", [(1 << 30, True), (1 << 30, False), (5_000, True), (0, True)])
-def test_what_a_lazy_trace_reserves_is_known_before_it_runs(dtype, keep_bytes, loss):
+@pytest.mark.parametrize("keep_bytes, loss, grid_bytes", [(1 << 30, True, None), (1 << 30, False, None),
+                                                         (5_000, True, None), (0, True, None), (0, True, 1 << 30),
+                                                         (1 << 30, True, 0)])
+def test_what_a_lazy_trace_reserves_is_known_before_it_runs(dtype, keep_bytes, loss, grid_bytes):
     """LazyTrace.bytes_for, from the config alone, is the reserved_bytes of the trace once made (a cache
-    sizes itself by it), with and without the attention weights kept for across()."""
+    sizes itself by it), with and without the attention weights kept for across(), on their own bound or
+    the kept blocks'."""
     config = CONFIGS["gqa3"]
     model = Transformer(config, seed=0, dtype=dtype)
     ids = np.arange(14) % config.vocab_size
-    lazy = LazyTrace(model, ids, ids if loss else None, keep_bytes=keep_bytes, graph=loss)
+    lazy = LazyTrace(model, ids, ids if loss else None, keep_bytes=keep_bytes, graph=loss, grid_bytes=grid_bytes)
     want = LazyTrace.bytes_for(config, len(ids), itemsize=np.dtype(dtype).itemsize, keep_bytes=keep_bytes,
-                               loss=loss, graph=loss)
+                               loss=loss, graph=loss, grid_bytes=grid_bytes)
     assert lazy.reserved_bytes == want
-    assert bool(lazy._across) == (loss and keep_bytes == 1 << 30)       # both regimes of across() are covered
+    grid = keep_bytes if grid_bytes is None else grid_bytes
+    assert bool(lazy._across) == (loss and grid == 1 << 30)             # both regimes of across() are covered
 
 
 @pytest.mark.parametrize("keep_bytes", [1 << 30, 0])

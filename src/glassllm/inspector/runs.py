@@ -26,9 +26,12 @@ from ..trace.interventions import from_fields
 from .cache import TraceCache, model_digest, nbytes
 
 __all__ = ["Run", "Runs", "trace_prompt", "trace_decoding", "refuse_non_finite", "run_bytes", "run_bound", "edits",
-           "KEEP_BYTES"]
+           "kept_block_bytes", "kept_grid_bytes", "KEEP_BYTES", "GRID_BYTES"]
 
 KEEP_BYTES = 128 << 20      # a prompt's pass keeps at most this many bytes of computed blocks (and a quarter of the cache)
+# A prompt's pass keeps every block's attention weights (and their gradients) for the head grid when the weights
+# fit in this many bytes: a grid that is not kept costs every block's forward and backward at each request.
+GRID_BYTES = 512 << 20
 
 
 class Run:
@@ -95,10 +98,11 @@ class Runs:
     def prompt(self, ids, iv, target, grad) -> Run:
         """The prompt's pass, traced with gradients (d loss of ``target``, default the top choice)."""
         keep = kept_block_bytes(self.cache.max_bytes)                        # a run's computed blocks
+        grid = kept_grid_bytes(self.cache.max_bytes)                         # and its head grid
         def compute():
             # With no target, the model's own top choice under the same intervention: read from the
             # trace's own forward, then back-propagated (one forward, one backward).
-            return trace_prompt(self.replica(), ids, iv, True, target if grad else None, keep)
+            return trace_prompt(self.replica(), ids, iv, True, target if grad else None, keep, grid)
         return self.cache.get(self.prompt_key(ids, iv, target, grad), compute, size=run_bytes)
 
     def decoded(self, ids, step) -> Run:
@@ -146,13 +150,21 @@ def kept_block_bytes(cache_bytes: int) -> int:
     return max(min(cache_bytes // 4, KEEP_BYTES), 1)
 
 
+def kept_grid_bytes(cache_bytes: int) -> int:
+    """Bytes of attention weights (their gradients as many again) a prompt's pass keeps for the head grid in a
+    cache of ``cache_bytes``: a quarter of it, at most :data:`GRID_BYTES`."""
+    return max(min(cache_bytes // 4, GRID_BYTES), 1)
+
+
 def run_bound(model, n: int, cache_bytes: int | None = None) -> int:
     """The most bytes the traced pass of an ``n``-token prompt holds in the cache (its gradients, kept blocks and
     attention weights for the head grid), before it runs: :meth:`glassllm.trace.LazyTrace.bytes_for`."""
     from ..trace import LazyTrace
 
     keep = KEEP_BYTES if cache_bytes is None else kept_block_bytes(cache_bytes)
-    return LazyTrace.bytes_for(model.config, n, itemsize=np.dtype(model.dtype).itemsize, keep_bytes=keep)
+    grid = GRID_BYTES if cache_bytes is None else kept_grid_bytes(cache_bytes)
+    return LazyTrace.bytes_for(model.config, n, itemsize=np.dtype(model.dtype).itemsize, keep_bytes=keep,
+                               grid_bytes=grid)
 
 
 def run_bytes(run: Run) -> int:
@@ -175,13 +187,14 @@ def edits(iv, model, n: int) -> list:
     return [from_fields(**iv.model_dump(), axes=registry(model), config=model.config, n=n)]
 
 
-def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = KEEP_BYTES) -> Run:
+def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = KEEP_BYTES, grid_bytes: int = GRID_BYTES) -> Run:
     """One traced forward of the prompt; with ``grad``, also d(-log p(target) at the last position)/d snapshot
     (``target`` None: the model's top choice).
 
     The trace is lazy (:class:`~glassllm.trace.LazyTrace`): it keeps the residual stream between the
     blocks (and the gradient arriving at each), and computes a block's snapshots when a view reads
-    them, keeping up to ``keep_bytes`` of computed blocks. ValueError if an edit (a number set by hand,
+    them, keeping up to ``keep_bytes`` of computed blocks, and every block's attention weights and their
+    gradients for the head grid when the weights fit in ``grid_bytes``. ValueError if an edit (a number set by hand,
     e.g. an rms of 0) makes the logits non-finite.
     """
     from ..trace import LazyTrace
@@ -190,7 +203,8 @@ def trace_prompt(model, ids, iv, grad, target, keep_bytes: int = KEEP_BYTES) -> 
     edit = iv is not None and iv.kind == "edit"
     with np.errstate(all="ignore"):                                      # overflow is refused below instead
         # With gradients: one forward and one backward on one graph (the backward follows at once).
-        lazy = LazyTrace(model, tokens, None, edits(iv, model, len(ids)), keep_bytes=keep_bytes, graph=grad)
+        lazy = LazyTrace(model, tokens, None, edits(iv, model, len(ids)), keep_bytes=keep_bytes, graph=grad,
+                         grid_bytes=grid_bytes)
         if not np.isfinite(lazy.last_logits).all():
             target = None                                                # refused below, before any backward
         elif grad:

@@ -442,7 +442,7 @@ class LazyTrace(Trace):
     ``targets`` (or ``graph=True`` and a later :meth:`backward`), the forward's graph is kept until the
     backward, which then runs once over the whole model (the weights need no gradient: a trace keeps
     none), and every block's attention weights, and then their gradients, are kept for :meth:`across` if
-    the weights fit in ``keep_bytes`` (:meth:`grid_kept`);
+    the weights fit in ``grid_bytes`` (:meth:`grid_kept`);
     a backward without that graph runs a block at a time (as gradient checkpointing does), each block's
     forward again, passing the stored gradient on.
 
@@ -454,7 +454,9 @@ class LazyTrace(Trace):
     ((4, 3, 3), (3, 352))
 
     ``targets`` (n,): next-token ids, ``IGNORE_INDEX`` where the loss does not count (None: values
-    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB). ``graph``: keep
+    only). ``keep_bytes``: how many bytes of computed blocks to keep (default 256 MB). ``grid_bytes``: how
+    many bytes of every block's attention weights the one-graph pass may keep for :meth:`across`, their
+    gradients as many again (default ``keep_bytes``). ``graph``: keep
     the forward's graph for one :meth:`backward` (memory: every block's intermediates until then).
     ``nbytes`` is what the trace holds now; ``reserved_bytes`` what it may grow to.
 
@@ -463,12 +465,13 @@ class LazyTrace(Trace):
     """
 
     def __init__(self, model, tokens, targets=None, interventions=(), dtype=None, keep_bytes: int = 256 << 20,
-                 graph: bool = False):
+                 graph: bool = False, grid_bytes: int | None = None):
         tokens = model.check_tokens(tokens)
         if tokens.shape[0] != 1:
             raise ValueError(f"a lazy trace follows one row of tokens, got a batch of {tokens.shape[0]}")
         check_fits(0, tokens.shape[1], model.config.max_seq_len)          # as the model refuses it
         keep_bytes = check_int("keep_bytes", keep_bytes, low=0)
+        self._grid = keep_bytes if grid_bytes is None else check_int("grid_bytes", grid_bytes, low=0)
         shared = {id(p.data): p.data for p in model.parameters()}
         self._model = copy.deepcopy(model, shared)          # its own modules (and tracer slot), the same weights
         self._interventions = list(interventions)
@@ -557,7 +560,7 @@ class LazyTrace(Trace):
         costs every layer's norm and attention up to its softmax, not the model's whole forward.
         Gradients: each block's forward and backward (:meth:`grad`). Either is read at no cost where the
         one-graph forward and backward kept it (every block's attention weights, and their gradients,
-        when they fit in ``keep_bytes``)."""
+        when they fit in ``grid_bytes``)."""
         names = [f"layers.{i}.{local}" for local in locals_ for i in range(len(self._inputs))]
         unknown = [k for k in names if k not in self.axes]
         if unknown:
@@ -588,9 +591,9 @@ class LazyTrace(Trace):
         has the identity node a full trace gives it, so the gradients between the blocks are a full
         trace's, bit for bit."""
         model, n, tokens = self._model, self._n, self._tokens
-        # Every block's attention weights and mask, for across() (the head grid), if they fit in keep_bytes;
-        # and the weights' gradients too (recorded, so that the backward keeps them), if those fit as well.
-        kept = self.grid_kept(model.config, n, self._keep)
+        # Every block's attention weights and mask, for across() (the head grid), if they fit in grid_bytes;
+        # and then the weights' gradients too (recorded, so that the backward keeps them).
+        kept = self.grid_kept(model.config, n, self._grid)
         softmax = [f"layers.{i}.attn.softmax" for i in range(model.config.n_layers)]
         probe = _SameGraph(model, base + softmax if kept else base, dtype=self._dtype,
                            interventions=self._interventions)
@@ -612,10 +615,10 @@ class LazyTrace(Trace):
         return probe
 
     @staticmethod
-    def grid_kept(config, n: int, keep_bytes: int) -> bool:
+    def grid_kept(config, n: int, grid_bytes: int) -> bool:
         """Does the one-graph forward keep every block's attention weights and mask for an ``n``-token prompt
-        (and its backward their gradients): when the weights and masks, as float32, fit in ``keep_bytes``."""
-        return config.n_layers * (config.n_heads * 4 + 1) * n * n <= keep_bytes
+        (and its backward their gradients): when the weights and masks, as float32, fit in ``grid_bytes``."""
+        return config.n_layers * (config.n_heads * 4 + 1) * n * n <= grid_bytes
 
     def _backward_kept(self) -> None:
         """The loss back-propagated through the graph of :meth:`_forward_kept`: the gradient at each
@@ -654,19 +657,20 @@ class LazyTrace(Trace):
 
     @staticmethod
     def bytes_for(config, n: int, *, itemsize: int = 4, keep_bytes: int = 256 << 20, loss: bool = True,
-                  graph: bool = True) -> int:
+                  graph: bool = True, grid_bytes: int | None = None) -> int:
         """What the :attr:`reserved_bytes` of a lazy trace of an ``n``-token prompt come to, before it runs:
         the residual stream between the blocks, the logits, with a loss (``loss``) the gradient at each
         block's output and the embedding's, with ``graph`` every block's attention weights (and with a loss
-        their gradients) when they fit in ``keep_bytes``, and the kept blocks at their bound (or all of them,
-        when that is less).
+        their gradients) when they fit in ``grid_bytes`` (default ``keep_bytes``), and the kept blocks at
+        their bound (or all of them, when that is less).
         ``itemsize``: bytes per number of the model's dtype (4 for float32)."""
         L, C, V, H = config.n_layers, config.dim, config.vocab_size, config.n_heads
         stream = n * C * itemsize                                            # one (n, C) array
         fixed = (L + 1) * stream + (n + 1) * V * itemsize + stream           # inputs, final, logits, embed
         if loss:
             fixed += L * stream + stream                                     # the gradients between the blocks
-        if graph and LazyTrace.grid_kept(config, n, keep_bytes):            # as _forward_kept decides
+        grid = keep_bytes if grid_bytes is None else grid_bytes
+        if graph and LazyTrace.grid_kept(config, n, grid):                   # as _forward_kept decides
             fixed += L * (H * itemsize + 1) * n * n                          # softmax (H, n, n) and mask (n, n)
             if loss:
                 fixed += L * H * itemsize * n * n                            # and the softmax's gradients
