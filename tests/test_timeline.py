@@ -90,7 +90,8 @@ def test_a_second_stage_continues_the_first_timeline(small):
     other = Transformer(model.config, seed=4, dtype=np.float64)           # the second stage's weights moved
     second = Timeline.for_model(other, tok, steps=2, points=2)
     for step in second.schedule:
-        second.record(model if step == 0 else other, tok, step=step, tokens=step * 16, lr=1e-4, train_loss=None)
+        second.record(model if step == 0 else other, tok, step=step, tokens=step * 16, lr=1e-4 * (step + 1),
+                      train_loss=None)
     second.set_history([{"step": s, "tokens": s * 16, "lr": 1e-4, "loss": 1.0, "val_loss": None, "val_bpb": None}
                         for s in (1, 2)])
     both = first.then(second)
@@ -98,11 +99,33 @@ def test_a_second_stage_continues_the_first_timeline(small):
     assert both.steps == first.steps + [last + s for s in second.steps[1:]]
     assert [r["tokens"] for r in both.rows[len(first.rows):]] == [32 + t for t in (16, 32)]
     assert [r["step"] for r in both.history] == [1, 2, 3, 4, 5, 6]
+    # The first stage's last model is where the second stage's first step starts: that step's learning rate.
+    assert both.rows[len(first.rows) - 1] == {**first.rows[-1], "lr": 1e-4}
+    assert [r["lr"] for r in both.rows[len(first.rows):]] == pytest.approx([2e-4, 3e-4], rel=1e-12)
     np.testing.assert_array_equal(both.attn, np.concatenate([first.attn, second.attn[1:]]))
     np.testing.assert_array_equal(both.induction[-1], second.induction[-1])
     np.testing.assert_array_equal(both.probs[:len(first.steps)], first.probs)
     with pytest.raises(ValueError, match="different probes"):
         first.then(Timeline.for_model(model, tok, steps=2, points=2, span="The cat sat on the mat."))
+
+
+def test_the_bundled_timeline_holds_each_steps_learning_rate_from_its_stages_schedules():
+    """The shipped timeline joins two runs (the second started from the first's last model): every row's
+    learning rate is the schedule's at that step, the first run's before the join and the second's from it."""
+    from glassllm.checkpoint import bundled_model_path, load_model
+
+    meta = load_model(bundled_model_path())[2]
+    base = json.loads(meta["base"])
+    first = TrainConfig.from_dict(base["train_config"])
+    second = TrainConfig.from_dict(json.loads(meta["train_config"]))
+    split, tl = base["steps"], load_timeline(timeline_path_for(bundled_model_path()))
+    lr = {row["step"]: row["lr"] for row in tl.rows}
+    # By hand: 100 warm-up steps to 3e-3, then from the join 30 to 8e-4, each lr = peak * (step + 1) / warm-up.
+    assert (first.lr, first.warmup, second.lr, second.warmup) == (3e-3, 100, 8e-4, 30)
+    assert [lr[0], lr[1], lr[split], lr[split + 1]] == pytest.approx([3e-5, 6e-5, 8e-4 / 30, 1.6e-3 / 30], rel=1e-12)
+    for step, got in lr.items():
+        want = first.lr_at(step) if step < split else second.lr_at(step - split)
+        assert got == pytest.approx(want, rel=1e-12), step
 
 
 def test_warm_up_and_repeats_follow_the_run_length():

@@ -141,6 +141,8 @@ class Timeline:
                valid=None) -> None:
         """Run the probe through ``model`` and append what it shows at ``step``.
 
+        ``lr`` is the learning rate of the optimiser step taken from this model: the schedule's
+        value at ``step`` (:func:`glassllm.optim.lr_at`, whose steps count from 0 as these do).
         ``valid`` is a zero-argument function returning the held-out
         :class:`~glassllm.train.EvalResult` (or None for no held-out text).
         Nothing here draws from the run's random generators, so recording does
@@ -178,7 +180,8 @@ class Timeline:
         """One timeline of a two-stage run: this one, then ``later``, the timeline of a run that started
         from this run's last model (``glassllm train --init-from``). ``later``'s steps and tokens are
         counted on from this run's last row, and its step 0 (the same model as this run's last step) is
-        dropped. Both must watch the same probe with the same architecture."""
+        dropped, but for its learning rate: the step taken from that model is ``later``'s first. Both must
+        watch the same probe with the same architecture."""
         if later.ids != self.ids or later.period != self.period:
             raise ValueError("the two timelines watch different probes; only a run's continuation can follow it")
         if {**later.config.to_dict(), "max_seq_len": 0} != {**self.config.to_dict(), "max_seq_len": 0}:
@@ -189,13 +192,15 @@ class Timeline:
         step0, tokens0 = self.rows[-1]["step"], self.rows[-1]["tokens"]
         keep = [j for j, s in enumerate(later.steps) if s > 0]
 
+        joint = dict(self.rows[-1], lr=later.rows[0]["lr"]) if later.steps[0] == 0 else self.rows[-1]
+
         def shifted(row):
             return {**row, "step": row["step"] + step0, "tokens": row["tokens"] + tokens0}
 
         return Timeline(ids=list(self.ids), pieces=list(self.pieces), period=self.period, config=later.config,
                         schedule=self.schedule + [s + step0 for s in later.schedule if s > 0],
                         steps=self.steps + [later.steps[j] + step0 for j in keep],
-                        rows=self.rows + [shifted(later.rows[j]) for j in keep],
+                        rows=self.rows[:-1] + [joint] + [shifted(later.rows[j]) for j in keep],
                         attn=np.concatenate([self.attn, later.attn[keep]]),
                         probs=np.concatenate([self.probs, later.probs[keep]]),
                         induction=np.concatenate([self.induction, later.induction[keep]]),

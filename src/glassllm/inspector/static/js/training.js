@@ -52,7 +52,7 @@ const Training = (() => {
     left.append(el("p", {class: "small muted", id: "tl-grid-title"}), el("div", {id: "tl-grid", class: "head-grid"}));
     right.append(el("p", {class: "small muted", id: "tl-head-title"}), el("canvas", {id: "tl-head"}),
                  el("p", {id: "tl-best", class: "small"}), el("p", {class: "label"}, "next token after the probe"),
-                 el("ol", {id: "tl-next", class: "bars"}), el("p", {class: "label"}, "sample at this step"),
+                 el("ol", {id: "tl-next", class: "bars tl-bars"}), el("p", {class: "label"}, "sample at this step"),
                  el("p", {id: "tl-sample", class: "mono small tl-sample"}));
     body.append(left, right);
     const legend = el("div", {class: "legend"});
@@ -93,7 +93,7 @@ const Training = (() => {
     const t = timeline, L = state.info.model.n_layers, H = state.info.model.n_heads, n = t.ids.length, P = t.period;
     const row = t.rows[s];
     $("tl-step").textContent = `${nice(t.steps[s])} (${s + 1} of ${t.steps.length})`;
-    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`, `lr ${fmt(row.lr)}`];
+    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`, `lr ${row.lr.toExponential(3)}`];
     if (row.train_loss !== null && row.train_loss !== undefined) parts.push(`training loss ${row.train_loss.toFixed(3)}`);
     parts.push(row.val_loss === null || row.val_loss === undefined ? "no held-out text"
       : `held-out loss ${row.val_loss.toFixed(3)} nats/token (${row.val_bpb.toFixed(3)} bits/byte)`);
@@ -130,9 +130,9 @@ const Training = (() => {
     grid.replaceChildren(...cells);
     $("tl-grid-title").textContent = `Every layer and head on the probe at step ${nice(row.step)}; click one to see it large.`;
 
-    // The chosen head, large, with the induction cells outlined.
+    // The chosen head, large (as wide as its column, at most 300 px), with the induction cells outlined.
     const {layer, head} = t.selected;
-    const big = $("tl-head"), side = Math.max(160, Math.min(300, $("panel-training").clientWidth - 560));
+    const big = $("tl-head"), side = Math.max(160, Math.min(300, big.parentElement.clientWidth));
     Paint.paint(big, at(layer, head), n, n, mask, TL_SCALE, side, side);
     const g = big.getContext("2d"), c = side / n;
     g.strokeStyle = "#e8871e"; g.lineWidth = 1;
@@ -140,17 +140,19 @@ const Training = (() => {
     $("tl-head-title").textContent = `layer ${layer}, head ${head} at step ${nice(row.step)} (induction score ` +
       `${t.induction[(s * L + layer) * H + head].toFixed(3)}; orange: the cells it scores)`;
 
-    // The next-token guess after the probe.
+    // The next-token guess after the probe: three columns (piece, track, p), so that the track keeps its
+    // width in the side column of a narrow window.
     const probs = t.probs.subarray(s * state.info.model.vocab_size, (s + 1) * state.info.model.vocab_size);
-    const list = $("tl-next");
-    list.replaceChildren(barColumns("candidate", "p (track 0 … 1)", "p", ""));
+    const list = $("tl-next"), cols = el("li", {class: "cols small muted"});
+    cols.append(el("span", {}, "candidate"), el("span", {}, "p (track 0 … 1)"), el("span", {class: "p"}, "p"));
+    list.replaceChildren(cols);
     for (const id of Sampling.ranked(probs, 5)) {
       const li = el("li", {class: "bar", "data-id": String(id)});
       const track = el("span", {class: "track"}), fill = el("span", {class: "fill"});
       fill.style.width = (100 * probs[id]).toFixed(2) + "%";
       track.append(fill);
-      li.append(el("span"), el("span", {class: "piece mono"}, clip(show(state.info.vocab[id]), 14)), track,
-                el("span", {class: "p mono"}, fmt(probs[id])), el("span"));
+      li.append(el("span", {class: "piece mono"}, clip(show(state.info.vocab[id]), 14)), track,
+                el("span", {class: "p mono"}, fmt(probs[id])));
       list.append(li);
     }
     drawCurves(s);
