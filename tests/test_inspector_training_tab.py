@@ -1,8 +1,9 @@
 """The Training tab: the learning rate it shows at each step, and its layout in a narrow window.
 
-- the learning rate of every recorded step, in the timeline's answer and on the page at steps 0, 1 and
-  later, is the schedule's own value at that step (:func:`glassllm.optim.lr_at`, whose steps count from
-  0 as the timeline's do), and by hand from the run's warm-up for the first steps;
+- the learning rate of every recorded step, in the timeline's answer and on the page at steps 1, 2 and
+  later, is the rate of the optimiser step that led to that model: the training history's at the same
+  step, the schedule's own value of the step before (:func:`glassllm.optim.lr_at`, whose steps count
+  from 0), and by hand from the run's warm-up for the first steps; step 0, before any step, has none;
 - at a window 800 px wide, and at 1280 px, nothing in the tab runs past its card, and the next-token
   guess stays readable: every bar's track at least 80 px wide, each column heading on one line, and the
   piece, the track and p of a row side by side without overlapping.
@@ -75,7 +76,7 @@ def show_step(page, s: int) -> str:
     return page.inner_text("#tl-row")
 
 
-def test_each_steps_learning_rate_is_the_schedules_at_that_step(run):
+def test_each_steps_learning_rate_is_the_one_of_the_step_that_led_to_it(run):
     from fastapi.testclient import TestClient
 
     from glassllm.inspector import Inspector, create_app
@@ -84,22 +85,28 @@ def test_each_steps_learning_rate_is_the_schedules_at_that_step(run):
     client = TestClient(create_app(Inspector(model, tokenizer, timeline=timeline)), base_url="http://127.0.0.1")
     rows = client.post("/api/timeline", content="{}", headers={"Content-Type": "application/json"}).json()["rows"]
     assert [r["step"] for r in rows[:3]] == [0, 1, 2]
-    # By hand: a linear warm-up over 2 steps to the peak, lr = 0.01 * (step + 1) / 2, then the cosine from it.
-    assert [r["lr"] for r in rows[:3]] == pytest.approx([0.005, 0.01, 0.01], rel=1e-12)
-    for r in rows:
-        assert r["lr"] == pytest.approx(schedule(r["step"]), rel=1e-12), r["step"]
+    # By hand: a linear warm-up over 2 steps to the peak, lr_at(k) = 0.01 * (k + 1) / 2, then the cosine from
+    # it; the step that led to model 1 was step 0 of the schedule.
+    assert rows[0]["lr"] is None
+    assert [r["lr"] for r in rows[1:3]] == pytest.approx([0.005, 0.01], rel=1e-12)
+    history = {h["step"]: h["lr"] for h in timeline.history}           # the rates the trainer stepped with
+    for r in rows[1:]:
+        assert r["lr"] == pytest.approx(schedule(r["step"] - 1), rel=1e-12), r["step"]
+        assert r["lr"] == history[r["step"]], r["step"]
 
 
 def test_the_page_shows_each_steps_learning_rate_from_the_schedule(browser, server, run):  # noqa: F811
     timeline, schedule = run[3], run[4]
     page, errors = training_page(browser, server, 1280)
     try:
-        for s in (0, 1, 2, len(timeline.steps) // 2, len(timeline.steps) - 1):
+        text = show_step(page, 0)
+        assert "step 0 ·" in text and "no step yet" in text and "lr " not in text
+        for s in (1, 2, len(timeline.steps) // 2, len(timeline.steps) - 1):
             step = timeline.steps[s]
             text = show_step(page, s)
             assert f"step {step:,} ·" in text
             shown = float(re.search(r"\blr ([0-9.e+-]+)", text).group(1))
-            assert shown == pytest.approx(schedule(step), rel=1e-3), (step, text)      # 4 digits on the page
+            assert shown == pytest.approx(schedule(step - 1), rel=1e-3), (step, text)  # 4 digits on the page
         assert errors == []
     finally:
         page.close()

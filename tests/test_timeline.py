@@ -99,8 +99,8 @@ def test_a_second_stage_continues_the_first_timeline(small):
     assert both.steps == first.steps + [last + s for s in second.steps[1:]]
     assert [r["tokens"] for r in both.rows[len(first.rows):]] == [32 + t for t in (16, 32)]
     assert [r["step"] for r in both.history] == [1, 2, 3, 4, 5, 6]
-    # The first stage's last model is where the second stage's first step starts: that step's learning rate.
-    assert both.rows[len(first.rows) - 1] == {**first.rows[-1], "lr": 1e-4}
+    # The first stage's last row stays its own (the rate of the step that led to it); the second's follow.
+    assert both.rows[len(first.rows) - 1] == first.rows[-1]
     assert [r["lr"] for r in both.rows[len(first.rows):]] == pytest.approx([2e-4, 3e-4], rel=1e-12)
     np.testing.assert_array_equal(both.attn, np.concatenate([first.attn, second.attn[1:]]))
     np.testing.assert_array_equal(both.induction[-1], second.induction[-1])
@@ -111,7 +111,8 @@ def test_a_second_stage_continues_the_first_timeline(small):
 
 def test_the_bundled_timeline_holds_each_steps_learning_rate_from_its_stages_schedules():
     """The shipped timeline joins two runs (the second started from the first's last model): every row's
-    learning rate is the schedule's at that step, the first run's before the join and the second's from it."""
+    learning rate is the one of the step that led to it, the first run's schedule up to the join and the
+    second's after it, as the training history holds it; step 0 has none."""
     from glassllm.checkpoint import bundled_model_path, load_model
 
     meta = load_model(bundled_model_path())[2]
@@ -120,12 +121,21 @@ def test_the_bundled_timeline_holds_each_steps_learning_rate_from_its_stages_sch
     second = TrainConfig.from_dict(json.loads(meta["train_config"]))
     split, tl = base["steps"], load_timeline(timeline_path_for(bundled_model_path()))
     lr = {row["step"]: row["lr"] for row in tl.rows}
-    # By hand: 100 warm-up steps to 3e-3, then from the join 30 to 8e-4, each lr = peak * (step + 1) / warm-up.
+    # By hand: 100 warm-up steps to 3e-3, then from the join 30 to 8e-4, each lr_at(k) = peak * (k + 1) / warm-up;
+    # the step that led to model k is step k - 1 of its stage's schedule.
     assert (first.lr, first.warmup, second.lr, second.warmup) == (3e-3, 100, 8e-4, 30)
-    assert [lr[0], lr[1], lr[split], lr[split + 1]] == pytest.approx([3e-5, 6e-5, 8e-4 / 30, 1.6e-3 / 30], rel=1e-12)
+    assert lr[0] is None
+    assert [lr[1], lr[2], lr[split + 1], lr[split + 2]] == pytest.approx([3e-5, 6e-5, 8e-4 / 30, 1.6e-3 / 30],
+                                                                         rel=1e-12)
+    history = {h["step"]: h["lr"] for h in tl.history}                  # thinned: every 20th step, and the last ones
+    together = [step for step in lr if step in history]
+    assert len(together) >= 8                                            # on both sides of the join
+    for step in together:
+        assert lr[step] == pytest.approx(history[step], rel=1e-12), step
     for step, got in lr.items():
-        want = first.lr_at(step) if step < split else second.lr_at(step - split)
-        assert got == pytest.approx(want, rel=1e-12), step
+        if step:
+            want = first.lr_at(step - 1) if step <= split else second.lr_at(step - split - 1)
+            assert got == pytest.approx(want, rel=1e-12), step
 
 
 def test_warm_up_and_repeats_follow_the_run_length():

@@ -27,7 +27,7 @@ the run's checkpoints as ``timeline.safetensors`` and resumed with it;
 >>> tl = Timeline.for_model(model, tok, steps=100, points=8, span="the cat sat")
 >>> tl.schedule
 [0, 1, 2, 4, 7, 14, 27, 52, 100]
->>> tl.record(model, tok, step=0, tokens=0, lr=0.0, train_loss=None)
+>>> tl.record(model, tok, step=0, tokens=0, lr=None, train_loss=None)
 >>> tl.attn.shape == (1, 2, 4, 2 * tl.period, 2 * tl.period), tl.induction.shape
 (True, (1, 2, 4))
 """
@@ -137,12 +137,13 @@ class Timeline:
         """Is ``step`` on the schedule and not yet recorded?"""
         return step in self.schedule and (not self.steps or step > self.steps[-1])
 
-    def record(self, model, tokenizer, step: int, tokens: int, lr: float, train_loss,
+    def record(self, model, tokenizer, step: int, tokens: int, lr: float | None, train_loss,
                valid=None) -> None:
         """Run the probe through ``model`` and append what it shows at ``step``.
 
-        ``lr`` is the learning rate of the optimiser step taken from this model: the schedule's
-        value at ``step`` (:func:`glassllm.optim.lr_at`, whose steps count from 0 as these do).
+        ``lr`` is the learning rate of the optimiser step that led to this model, as the training history's
+        row of the same step holds it (:func:`glassllm.optim.lr_at` of ``step - 1``, whose steps count from
+        0), and None at step 0, before any step; ``train_loss`` is that step's loss.
         ``valid`` is a zero-argument function returning the held-out
         :class:`~glassllm.train.EvalResult` (or None for no held-out text).
         Nothing here draws from the run's random generators, so recording does
@@ -160,7 +161,7 @@ class Timeline:
         result = valid() if valid is not None else None
         sample = sample_text(model, tokenizer)
         self.steps.append(int(step))
-        self.rows.append({"step": int(step), "tokens": int(tokens), "lr": float(lr),
+        self.rows.append({"step": int(step), "tokens": int(tokens), "lr": None if lr is None else float(lr),
                           "train_loss": None if train_loss is None else float(train_loss),
                           "val_loss": None if result is None else float(result.loss),
                           "val_bpb": None if result is None else float(result.bits_per_byte),
@@ -180,8 +181,7 @@ class Timeline:
         """One timeline of a two-stage run: this one, then ``later``, the timeline of a run that started
         from this run's last model (``glassllm train --init-from``). ``later``'s steps and tokens are
         counted on from this run's last row, and its step 0 (the same model as this run's last step) is
-        dropped, but for its learning rate: the step taken from that model is ``later``'s first. Both must
-        watch the same probe with the same architecture."""
+        dropped. Both must watch the same probe with the same architecture."""
         if later.ids != self.ids or later.period != self.period:
             raise ValueError("the two timelines watch different probes; only a run's continuation can follow it")
         if {**later.config.to_dict(), "max_seq_len": 0} != {**self.config.to_dict(), "max_seq_len": 0}:
@@ -192,15 +192,13 @@ class Timeline:
         step0, tokens0 = self.rows[-1]["step"], self.rows[-1]["tokens"]
         keep = [j for j, s in enumerate(later.steps) if s > 0]
 
-        joint = dict(self.rows[-1], lr=later.rows[0]["lr"]) if later.steps[0] == 0 else self.rows[-1]
-
         def shifted(row):
             return {**row, "step": row["step"] + step0, "tokens": row["tokens"] + tokens0}
 
         return Timeline(ids=list(self.ids), pieces=list(self.pieces), period=self.period, config=later.config,
                         schedule=self.schedule + [s + step0 for s in later.schedule if s > 0],
                         steps=self.steps + [later.steps[j] + step0 for j in keep],
-                        rows=self.rows[:-1] + [joint] + [shifted(later.rows[j]) for j in keep],
+                        rows=self.rows + [shifted(later.rows[j]) for j in keep],
                         attn=np.concatenate([self.attn, later.attn[keep]]),
                         probs=np.concatenate([self.probs, later.probs[keep]]),
                         induction=np.concatenate([self.induction, later.induction[keep]]),

@@ -328,7 +328,7 @@ class Trainer:
                             c.eval_windows or None)
 
         last = self.history[-1] if self.history and self.history[-1]["step"] == self.step else None
-        tl.record(self.model, self.tokenizer, self.step, self.tokens_seen, c.lr_at(self.step),
+        tl.record(self.model, self.tokenizer, self.step, self.tokens_seen, c.lr_at(self.step - 1) if self.step else None,
                   None if last is None else last["loss"], valid)
         self.elapsed += time.perf_counter() - t0
         return tl.rows[-1]["sample"]

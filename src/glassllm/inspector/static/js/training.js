@@ -93,7 +93,9 @@ const Training = (() => {
     const t = timeline, L = state.info.model.n_layers, H = state.info.model.n_heads, n = t.ids.length, P = t.period;
     const row = t.rows[s];
     $("tl-step").textContent = `${nice(t.steps[s])} (${s + 1} of ${t.steps.length})`;
-    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`, `lr ${row.lr.toExponential(3)}`];
+    const parts = [`step ${nice(row.step)}`, `${nice(row.tokens)} tokens seen`];
+    // The rate of the step that led here; the first model has none.
+    parts.push(row.lr === null || row.lr === undefined ? "no step yet" : `lr ${row.lr.toExponential(3)}`);
     if (row.train_loss !== null && row.train_loss !== undefined) parts.push(`training loss ${row.train_loss.toFixed(3)}`);
     parts.push(row.val_loss === null || row.val_loss === undefined ? "no held-out text"
       : `held-out loss ${row.val_loss.toFixed(3)} nats/token (${row.val_bpb.toFixed(3)} bits/byte)`);
