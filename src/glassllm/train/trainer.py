@@ -328,7 +328,8 @@ class Trainer:
                             c.eval_windows or None)
 
         last = self.history[-1] if self.history and self.history[-1]["step"] == self.step else None
-        tl.record(self.model, self.tokenizer, self.step, self.tokens_seen, c.lr_at(self.step - 1) if self.step else None,
+        lr = c.lr_at(self.step - 1) if self.step else None          # the step that led here (none before step 1)
+        tl.record(self.model, self.tokenizer, self.step, self.tokens_seen, lr,
                   None if last is None else last["loss"], valid)
         self.elapsed += time.perf_counter() - t0
         return tl.rows[-1]["sample"]
