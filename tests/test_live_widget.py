@@ -150,7 +150,10 @@ def test_a_live_widget_in_jupyterlab_computes_an_ablation_in_the_kernel(tmp_path
                 inner = next((f for f in page.frames if f.url == "about:srcdoc"
                               and f.evaluate("() => !!(window.glass && window.glass.ready && window.glass.next)")),
                              None)
-                time.sleep(0.2)
+                # Not time.sleep: Playwright's sync API takes in the browser's events only while one of its calls
+                # runs. A frame that JupyterLab showed before its srcdoc page arrived keeps the URL '' in
+                # page.frames through any number of sleeps, and this loop would wait for nothing.
+                page.wait_for_timeout(200)
             if not inner:                                         # say what the page shows, for the next look
                 page.screenshot(path=str(tmp_path / "jupyterlab.png"))
                 states = [f.evaluate("() => ({ready: !!(window.glass && window.glass.ready), next: !!(window.glass"
