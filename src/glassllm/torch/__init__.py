@@ -10,8 +10,6 @@ the result then opens in the glass box (``glassllm inspect``, the tracer).
 - :mod:`glassllm.torch.train_ddp`: the DistributedDataParallel trainer.
 """
 
-from ..optional import require
-
 __all__ = ["Transformer", "from_glassllm", "to_glassllm", "load_model", "save_model"]
 
 
@@ -21,7 +19,6 @@ def __getattr__(name: str):
     can say so in one line, since this package loads without it)."""
     if name not in __all__:
         raise AttributeError(f"module 'glassllm.torch' has no attribute {name!r}")
-    require("torch", "glassllm.torch")           # the real PyTorch (imports here are absolute)
-    from . import model
+    from . import model                          # which asks for the real PyTorch, naming the extra if missing
 
     return getattr(model, name)

@@ -490,7 +490,6 @@ class LazyTrace(Trace):
         self._graph = None
         self._across: dict[str, np.ndarray] = {}          # every block's attention weights, if kept
         self._across_grads: dict[str, np.ndarray] = {}    # and their gradients, after the one-graph backward
-        self._grid_grads: list[str] = []
         if (graph or targets is not None) and ag.is_grad_enabled():
             probe = self._forward_kept(base)
         else:
@@ -599,7 +598,6 @@ class LazyTrace(Trace):
                            interventions=self._interventions)
         if kept:
             probe.also = frozenset(softmax + [f"layers.{i}.attn.mask" for i in range(model.config.n_layers)])
-        self._grid_grads = softmax if kept else []
         cos, sin = model.rotary.tables(np.arange(0, n))                    # (n, D/2)
         with weights_frozen(model), probe, kernels.chosen(model.kernel_slots, n=n, m=n, cache=None) as plan:
             model.begin_forward(plan, n=n, m=n, start=0, tokens=tokens)
@@ -632,7 +630,8 @@ class LazyTrace(Trace):
         self.loss = float(loss.item())
         probe.collect_grads()
         grads = probe.trace.steps[0].grads
-        self._across_grads = {k: grads.pop(k) for k in self._grid_grads}   # the gradient head grid's
+        # The gradient head grid's: the kept attention weights' gradients (the masks have none).
+        self._across_grads = {k: grads.pop(k) for k in self._across if k.endswith(".attn.softmax")}
         for i in range(L - 1):
             k = f"layers.{i + 1}.resid_pre"
             entering = probe.entering.get(k)                                  # an intervention changes it
